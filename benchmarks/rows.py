@@ -1,0 +1,245 @@
+"""Benchmark workloads and rows: how each configuration is built, and how one row is measured.
+
+A row is one way of training the same model on the same inputs: plain eager, eager with per-block checkpointing,
+a plain compile, torch's own ``activation_memory_budget``, or the remat backend under a budget. ``measure_row``
+builds it from a fresh copy of the workload's model and returns one flat dict of measurements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import remat
+from remat import zoo
+
+MiB = 2**20
+TORCH_BUDGETS = (0.5, 0.2, 0.0)
+REMAT_FRACTIONS = (1.0, 0.5, 0.2, 0.0)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model, its inputs and its loss; every row trains a deep copy of ``model`` on ``inputs``."""
+
+    name: str
+    model: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    loss_fn: Callable[..., torch.Tensor]
+    """``loss_fn(model, *inputs)`` -> scalar loss."""
+    blocks_attr: str
+    """Attribute of ``model`` holding the blocks that ``eager+checkpoint`` wraps one by one."""
+    shape: str
+    """Human-readable description for the report."""
+
+
+def gpt_workload(batch: int, seed: int = 0) -> Workload:
+    config = zoo.GPTConfig()
+    shape = (f"GPT {config.n_layer} layers d{config.d_model} {config.n_head} heads seq {config.seq_len} "
+             f"batch {batch} dropout {config.dropout}")
+    return Workload("gpt", zoo.GPT(config, seed=seed), zoo.make_gpt_batch(config, batch, seed=seed), zoo.gpt_loss,
+                    "blocks", shape)
+
+
+def mlp_workload(batch: int, seed: int = 0, width: int = 1024, depth: int = 8) -> Workload:
+    shape = f"MLP {depth} x (Linear({width}) + GELU) batch {batch}"
+    return Workload("mlp", zoo.MLP(width, depth, seed=seed), (zoo.make_mlp_batch(width, batch, seed=seed),),
+                    zoo.mlp_loss, "layers", shape)
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """One configuration to measure."""
+
+    name: str
+    kind: str
+    """eager | checkpoint | compiled | torch | remat."""
+    group: str
+    """Name the ``--rows`` filter also matches (the plain compile row is "inductor" even under aot_eager)."""
+    budget: float | int | None = None
+    """torch rows: activation_memory_budget; remat rows: memory_budget (fraction, or bytes once resolved)."""
+    budget_from: float | None = None
+    """remat rows only: take the budget from the measured peak of the torch row with this budget."""
+
+    @property
+    def compiled(self) -> bool:
+        return self.kind in ("compiled", "torch", "remat")
+
+    def selected(self, prefixes: list[str]) -> bool:
+        return any(self.name.startswith(p) or self.group.startswith(p) for p in prefixes)
+
+
+def row_specs(inner: str) -> list[RowSpec]:
+    """Every row, in the order they run: torch rows come before the remat rows that reuse their peaks."""
+    specs = [RowSpec("eager", "eager", "eager"), RowSpec("eager+checkpoint", "checkpoint", "eager"),
+             RowSpec(inner, "compiled", "inductor")]
+    specs += [RowSpec(f"torch budget {b}", "torch", "torch", budget=b) for b in TORCH_BUDGETS]
+    specs += [RowSpec(f"remat fraction {f}", "remat", "remat", budget=f) for f in REMAT_FRACTIONS]
+    specs += [RowSpec(f"remat bytes = torch {b}", "remat", "remat", budget_from=b) for b in TORCH_BUDGETS]
+    specs.append(RowSpec("remat None", "remat", "remat", budget=None))
+    return specs
+
+
+class _Checkpointed(nn.Module):
+    """Runs the wrapped block under non-reentrant activation checkpointing (RNG state preserved)."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.block, x, use_reentrant=False)
+
+
+def build(spec: RowSpec, model: nn.Module, inner: str, blocks_attr: str) -> nn.Module:
+    """The callable module a row trains; ``model`` (a fresh copy) is wrapped in place for checkpointing."""
+    if spec.kind == "eager":
+        return model
+    if spec.kind == "checkpoint":
+        blocks = getattr(model, blocks_attr)
+        for i in range(len(blocks)):
+            blocks[i] = _Checkpointed(blocks[i])
+        return model
+    if spec.kind in ("compiled", "torch"):
+        return torch.compile(model, backend=inner)
+    if spec.kind == "remat":
+        return torch.compile(model, backend="remat", options={"memory_budget": spec.budget, "inner": inner})
+    raise ValueError(f"unknown row kind {spec.kind!r}")
+
+
+@contextlib.contextmanager
+def row_context(spec: RowSpec, inner: str, fallback_random: bool) -> Iterator[None]:
+    """Config patches active for the whole row, compilation (the first call) included; undone afterwards."""
+    with contextlib.ExitStack() as stack:
+        if spec.kind == "torch":
+            stack.enter_context(torch._functorch.config.patch(activation_memory_budget=spec.budget))
+        if spec.compiled and inner == "inductor" and fallback_random:
+            # inductor draws its own random numbers; with eager's, dropout masks match and gradients compare
+            stack.enter_context(torch._inductor.config.patch(fallback_random=True))
+        yield
+
+
+def saved_bytes(module: nn.Module, workload: Workload, model: nn.Module) -> int:
+    """Bytes autograd saves for backward during one forward+loss: unique storages passed to the pack hook.
+
+    Parameters, buffers and inputs are left out (they are not activation memory). Values a checkpoint wrapper
+    keeps outside autograd (its block inputs) are not seen by the hook and not counted.
+    """
+    skip = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *workload.inputs]}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in skip:
+            seen.setdefault(storage.data_ptr(), storage.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = workload.loss_fn(module, *workload.inputs)
+    del loss
+    return sum(seen.values())
+
+
+def _clear_grads(model: nn.Module) -> None:
+    for p in model.parameters():
+        p.grad = None
+
+
+def reference(workload: Workload, seed: int) -> tuple[float, list[torch.Tensor]]:
+    """Loss and parameter gradients of the uncompiled model, with the global RNG seeded to ``seed``."""
+    model = copy.deepcopy(workload.model)
+    torch.manual_seed(seed)
+    loss = workload.loss_fn(model, *workload.inputs)
+    loss.backward()
+    return loss.item(), [p.grad for p in model.parameters()]
+
+
+def _grad_errors(model: nn.Module, ref_grads: list[torch.Tensor]) -> tuple[float, float]:
+    """(max abs difference over all gradient entries, worst per-parameter relative error ||g - g_ref|| / ||g_ref||)."""
+    abs_diff = rel_err = 0.0
+    for p, ref in zip(model.parameters(), ref_grads, strict=True):
+        if p.grad is None:
+            return float("inf"), float("inf")
+        diff = (p.grad - ref).abs()
+        abs_diff = max(abs_diff, diff.max().item())
+        rel_err = max(rel_err, (diff.norm() / ref.norm().clamp_min(1e-30)).item())
+    return abs_diff, rel_err
+
+
+def _plan_fields() -> dict[str, Any]:
+    plan = remat.last_plan()
+    if plan is None:
+        return {}
+    baseline = getattr(plan, "baseline", None)
+    return {
+        "plan_saved_bytes": plan.saved_bytes,
+        "plan_peak_bytes": plan.peak_bytes,
+        "plan_recompute_flops": plan.recompute_flops,
+        "plan_solver": None if getattr(plan, "solver", None) is None else str(plan.solver),
+        "plan_baseline_saved_bytes": getattr(baseline, "saved_bytes", None),
+        "plan_baseline_peak_bytes": getattr(baseline, "peak_bytes", None),
+    }
+
+
+def measure_row(spec: RowSpec, workload: Workload, *, inner: str, seed: int, warmup: int, steps: int,
+                ref: tuple[float, list[torch.Tensor]], fallback_random: bool) -> dict[str, Any]:
+    """Build the row from a fresh copy of the model and measure it; the returned dict is one report row."""
+    row: dict[str, Any] = {"model": workload.name, "row": spec.name, "kind": spec.kind, "budget": spec.budget,
+                           "budget_kind": budget_kind(spec)}
+    model = copy.deepcopy(workload.model)
+    if spec.compiled:
+        torch._dynamo.reset()  # no compiled code or cache entries carried over from the previous row
+
+    with row_context(spec, inner, fallback_random):
+        module = build(spec, model, inner, workload.blocks_attr)
+
+        def step() -> None:
+            workload.loss_fn(module, *workload.inputs).backward()
+
+        for i in range(max(warmup, 1)):  # the first call compiles
+            _clear_grads(model)
+            t0 = time.perf_counter()
+            step()
+            if i == 0:
+                row["first_step_s"] = time.perf_counter() - t0
+                if spec.kind == "remat":
+                    row.update(_plan_fields())  # right after compiling
+        row["saved_bytes"] = saved_bytes(module, workload, model)
+
+        _clear_grads(model)
+        row["measured_peak_bytes"] = remat.peak_memory(step, exclude=lambda: [p.grad for p in model.parameters()])
+
+        times = []
+        for _ in range(steps):
+            _clear_grads(model)
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e3)
+        row["step_ms"] = statistics.median(times)
+        row["step_ms_all"] = times
+
+        _clear_grads(model)
+        torch.manual_seed(seed)
+        loss = workload.loss_fn(module, *workload.inputs)
+        loss.backward()
+    ref_loss, ref_grads = ref
+    row["loss_diff"] = abs(loss.item() - ref_loss)
+    row["max_grad_diff"], row["max_grad_rel_err"] = _grad_errors(model, ref_grads)
+    return row
+
+
+def budget_kind(spec: RowSpec) -> str | None:
+    if spec.kind == "torch":
+        return "torch activation_memory_budget"
+    if spec.kind != "remat" or spec.budget is None:
+        return None
+    return "bytes" if isinstance(spec.budget, int) else "fraction"

@@ -1,0 +1,166 @@
+"""The benchmark runner: every row (eager, checkpointing, torch's activation_memory_budget, remat) from one run.
+
+    python benchmarks/run.py [--quick] [--out benchmarks/results/latest.json] [--models gpt,mlp]
+                             [--inner inductor|aot_eager] [--rows eager,inductor,torch,remat]
+
+All rows of a model train deep copies of one initialized model on the same inputs, on the same machine, in the
+same process, so their memory and time compare as ratios (step times vary 10-15% between runs on small CPUs).
+Writes JSON (rows + metadata) to --out and the markdown table next to it (same name, .md), and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the checkout's remat, and the sibling modules, when run as a script
+
+import torch  # noqa: E402
+
+import report  # noqa: E402
+import rows  # noqa: E402
+
+# (normal, quick) batch sizes per model
+BATCH = {"gpt": (8, 2), "mlp": (2048, 256)}
+WORKLOADS = {"gpt": rows.gpt_workload, "mlp": rows.mlp_workload}
+ALL_ROWS = "eager,inductor,torch,remat"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="small batches (GPT 2, MLP 256), 3 timed steps, --inner aot_eager by default")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "latest.json",
+                        help="JSON output path; the markdown table goes next to it (default: %(default)s)")
+    parser.add_argument("--models", default="gpt,mlp", help="comma-separated subset of: gpt, mlp")
+    parser.add_argument("--inner", choices=("inductor", "aot_eager"), default=None,
+                        help="compiler of the compiled rows and remat's inner compiler "
+                             "(default: inductor; aot_eager with --quick)")
+    parser.add_argument("--rows", default=ALL_ROWS,
+                        help="comma-separated prefixes of the rows to run: eager (eager and eager+checkpoint), "
+                             "inductor (the plain compile row, whatever --inner), torch, remat "
+                             "(default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per row (default: 10; 3 with --quick)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first, compile included (default: 2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of weights, inputs and the gradient check")
+    parser.add_argument("--no-fallback-random", dest="fallback_random", action="store_false",
+                        help="let inductor draw its own random numbers (dropout masks then differ from eager's, "
+                             "so every compiled row shows a gradient difference)")
+    args = parser.parse_args(argv)
+    args.models = _split(args.models)
+    unknown = sorted(set(args.models) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+    args.rows = _split(args.rows)
+    if args.inner is None:
+        args.inner = "aot_eager" if args.quick else "inductor"
+    if args.steps is None:
+        args.steps = 3 if args.quick else 10
+    if args.steps < 1 or args.warmup < 1:
+        parser.error("--steps and --warmup must be at least 1 (the first warm-up step compiles)")
+    return args
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Rows of every selected model (a failing row is recorded with its error), and each workload's description."""
+    results, shapes = [], {}
+    for name in args.models:
+        batch = BATCH[name][1 if args.quick else 0]
+        workload = WORKLOADS[name](batch, seed=args.seed)
+        shapes[name] = workload.shape
+        print(f"== {workload.shape}", flush=True)
+        ref = rows.reference(workload, args.seed)
+        torch_peaks: dict[float, int] = {}  # torch budget -> its measured peak, for the "remat bytes" rows
+        for spec in rows.row_specs(args.inner):
+            if not spec.selected(args.rows):
+                continue
+            if spec.budget_from is not None:
+                if spec.budget_from not in torch_peaks:
+                    print(f"   {spec.name}: skipped (needs the row torch budget {spec.budget_from})", flush=True)
+                    continue
+                spec = dataclasses.replace(spec, budget=torch_peaks[spec.budget_from])
+            print(f"   {spec.name} ...", end=" ", flush=True)
+            try:
+                row = rows.measure_row(spec, workload, inner=args.inner, seed=args.seed, warmup=args.warmup,
+                                       steps=args.steps, ref=ref, fallback_random=args.fallback_random)
+            except Exception as exc:  # one broken configuration must not cost the other rows
+                traceback.print_exc()
+                row = {"model": workload.name, "row": spec.name, "kind": spec.kind, "budget": spec.budget,
+                       "budget_kind": rows.budget_kind(spec), "error": f"{type(exc).__name__}: {exc}"}
+                print("error", flush=True)
+            else:
+                print(f"{row['step_ms']:.1f} ms, peak {row['measured_peak_bytes'] / rows.MiB:.1f} MiB", flush=True)
+                if spec.kind == "torch":
+                    torch_peaks[spec.budget] = row["measured_peak_bytes"]
+            results.append(row)
+    return report.with_ratios(results), shapes
+
+
+def metadata(args: argparse.Namespace, shapes: dict[str, str]) -> dict[str, Any]:
+    """Where and how the numbers were taken."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": {
+            "platform": platform.platform(),
+            "cpu": _cpu_model(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        },
+        "git_commit": _git_commit(),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "inner": args.inner,
+        "quick": args.quick,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "fallback_random": args.fallback_random and args.inner == "inductor",
+        "workloads": shapes,
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results, shapes = run(args)
+    md_path = report.write(args.out, results, metadata(args, shapes))
+    print()
+    print(md_path.read_text())
+    print(f"wrote {args.out} and {md_path}")
+    return 1 if any("error" in r for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

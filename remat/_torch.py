@@ -1,0 +1,43 @@
+"""Every private torch API remat uses, looked up in one place and guarded.
+
+torch 2.11–2.14 are supported. Each helper checks that the API exists and fails with a message that names the torch
+version and the missing piece instead of an AttributeError from deep inside a compile.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+
+class TorchAPIError(RuntimeError):
+    """A private torch API remat relies on is missing or changed in this torch version."""
+
+
+def _lookup(module: str, name: str) -> Any:
+    import torch
+
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise TorchAPIError(
+            f"remat needs {module}.{name}, which torch {torch.__version__} does not provide; "
+            "remat supports torch 2.11 to 2.14"
+        ) from exc
+
+
+def extract_fwd_bwd_modules() -> Callable[..., Any]:
+    return _lookup("torch._functorch.partitioners", "_extract_fwd_bwd_modules")
+
+
+def is_sym_node() -> Callable[..., bool]:
+    return _lookup("torch.fx.experimental.proxy_tensor", "is_sym_node")
+
+
+def custom_partitioner_base() -> type | None:
+    """inductor's CustomPartitionerFn base class, or None when this torch has no custom-partitioner hook."""
+    try:
+        base = _lookup("torch._inductor.custom_graph_pass", "CustomPartitionerFn")
+        config = importlib.import_module("torch._inductor.config")
+    except (TorchAPIError, ImportError):
+        return None
+    return base if hasattr(config, "custom_partitioner_fn") else None

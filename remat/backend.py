@@ -1,0 +1,127 @@
+"""The torch.compile backend: `torch.compile(model, backend="remat", options={...})`.
+
+aot_autograd traces the joint forward+backward graph and hands it to remat's partition function, which plans it and
+splits it into the forward and backward modules that the inner compiler (inductor, aot_eager or eager) compiles.
+With inductor the partition function plugs into inductor's custom-partitioner hook, so inductor's joint-graph passes
+run first; on a torch without that hook remat drives aot_autograd itself with inductor's inner compiler.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.fx as fx
+
+from . import _torch
+from .config import RematConfig
+from .pipeline import plan_joint
+from .plan.plan import Plan
+from .rewrite.partition import partition
+
+_plans: list[Plan] = []
+
+
+def last_plan() -> Plan:
+    """The Plan of the most recent graph remat compiled (the last one when a model compiles to several graphs)."""
+    if not _plans:
+        raise RuntimeError("remat.last_plan(): nothing has been compiled with remat yet; call the compiled model once")
+    return _plans[-1]
+
+
+def recent_plans() -> tuple[Plan, ...]:
+    """The Plans of the graphs compiled most recently, oldest first (at most 64 are kept)."""
+    return tuple(_plans)
+
+
+def _record(plan: Plan) -> None:
+    _plans.append(plan)
+    del _plans[:-64]
+
+
+class Partitioner:
+    """remat's partition function: plans the joint graph and returns (forward module, backward module)."""
+
+    def __init__(self, config: RematConfig):
+        self.config = config
+
+    def __call__(self, joint: fx.GraphModule, joint_inputs: Sequence[Any], *, num_fwd_outputs: int,
+                 static_lifetime_input_indices: Sequence[int] | None = None, **_: Any):
+        planned = plan_joint(joint, num_fwd_outputs, self.config)
+        _record(planned.plan)
+        return partition(joint, planned.problem, planned.resolved, num_fwd_outputs, static_lifetime_input_indices)
+
+
+def _inductor_partitioner(config: RematConfig):
+    base = _torch.custom_partitioner_base()
+    if base is None:
+        return None
+
+    class InductorPartitioner(base):  # type: ignore[misc, valid-type]
+        def __init__(self):
+            self.partitioner = Partitioner(config)
+
+        def __call__(self, gm, joint_inputs, **kwargs):
+            kwargs.pop("compiler", None)
+            return self.partitioner(gm, joint_inputs, **kwargs)
+
+        def uuid(self):
+            # The compile cache must not reuse a graph partitioned under another config.
+            return ("remat", __file__, repr(config))
+
+    return InductorPartitioner()
+
+
+def _boxed(gm: fx.GraphModule, _inputs: Sequence[Any]):
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(gm.forward)
+
+
+def _interpreted(gm: fx.GraphModule, _inputs: Sequence[Any]):
+    """inner="eager": the planned modules run op by op through fx.Interpreter (slow; easiest to debug)."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(lambda *args: fx.Interpreter(gm).run(*args))
+
+
+def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: RematConfig, force_fallback: bool = False):
+    """Compile one dynamo graph with remat's partitioner and the configured inner compiler."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    if config.inner == "inductor":
+        from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+        hook = None if force_fallback else _inductor_partitioner(config)
+        if hook is not None:
+            return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": hook})
+        from torch._inductor.decomposition import select_decomp_table
+
+        return aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner,
+                            partition_fn=Partitioner(config), decompositions=select_decomp_table(),
+                            keep_inference_input_mutations=True)(gm, example_inputs)
+    inner = _boxed if config.inner == "aot_eager" else _interpreted
+    return aot_autograd(fw_compiler=inner, bw_compiler=inner, partition_fn=Partitioner(config),
+                        keep_inference_input_mutations=True)(gm, example_inputs)
+
+
+def remat_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None,
+                  **kwargs: Any):
+    """Entry point registered as torch_dynamo_backends:remat."""
+    if kwargs.get("mode") is not None:
+        raise ValueError(f"mode={kwargs['mode']!r}: the remat backend takes no mode; pass options={{...}} instead")
+    config = options if isinstance(options, RematConfig) else RematConfig.from_options(options)
+    return compile_graph(gm, example_inputs, config)
+
+
+def compile(model: Any, *, dynamic: bool | None = None, fullgraph: bool = False, **fields: Any):
+    """`torch.compile(model, backend="remat", options=fields)` with the fields checked up front."""
+    config = RematConfig(**fields)
+    return torch.compile(model, backend=_Backend(config), dynamic=dynamic, fullgraph=fullgraph)
+
+
+class _Backend:
+    def __init__(self, config: RematConfig):
+        self.config = config
+
+    def __call__(self, gm, example_inputs):
+        return compile_graph(gm, example_inputs, self.config)

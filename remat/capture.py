@@ -1,0 +1,217 @@
+"""Joint forward+backward graph → Graph facts.
+
+The facts are plain frozen values keyed by node name: role, bytes (concrete at the size hint and as a sympy
+expression), storage owner (views share their base's storage), inputs and users, schedule position. Nothing is
+written onto the fx nodes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import operator
+from typing import Any, Mapping
+
+import sympy
+import torch
+import torch.fx as fx
+
+
+class Role(enum.Enum):
+    PRIMAL = "primal"  # forward input: parameters, buffers, user inputs
+    TANGENT = "tangent"  # incoming gradient of a forward output
+    FORWARD = "forward"  # computable without any tangent
+    BACKWARD = "backward"  # depends on a tangent
+    OUTPUT = "output"
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """Facts about one node of the joint graph."""
+
+    name: str
+    index: int  # position in the joint graph
+    role: Role
+    op: str  # "aten.mm.default", "getitem", "placeholder", ...
+    inputs: tuple[str, ...]  # distinct input node names, in argument order
+    users: tuple[str, ...]  # distinct user node names, in schedule order
+    nbytes: int  # bytes of the storage this node allocates, at the size hint (0 for views and non-tensors)
+    nbytes_expr: sympy.Expr  # the same, symbolic under dynamic shapes
+    storage: str  # name of the node that owns the storage this value lives in
+    is_tensor: bool
+    is_view: bool  # aliases its input's storage
+    is_multi: bool  # returns a tuple; its getitem users carry the tensors
+    shape: tuple
+    dtype: str
+    module_path: str  # "blocks.3.attn" from the node's module stack, "" if unknown
+    tags: frozenset[str]  # torch.Tag names of the op, plus remat's own markers
+
+
+@dataclasses.dataclass(frozen=True)
+class Graph:
+    """Facts of a joint graph, in schedule (joint-graph) order."""
+
+    values: tuple[Value, ...]
+    num_fwd_outputs: int
+    fw_outputs: tuple[str, ...]  # names of the user-visible forward outputs
+    bw_outputs: tuple[str, ...]  # names of the gradient outputs
+    symbols: tuple[str, ...]  # free symbols of the byte expressions (dynamic shapes)
+    by_name: Mapping[str, Value] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {v.name: v for v in self.values})
+
+    def __getitem__(self, name: str) -> Value:
+        return self.by_name[name]
+
+    def of_role(self, role: Role) -> list[Value]:
+        return [v for v in self.values if v.role is role]
+
+
+def op_name(node: fx.Node) -> str:
+    if node.op != "call_function":
+        return node.op
+    target = node.target
+    if target is operator.getitem:
+        return "getitem"
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+def _is_view_op(node: fx.Node) -> bool:
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target in (torch.ops.aten._unsafe_view.default, torch.ops.aten.alias.default):
+        return True
+    returns = target._schema.returns
+    if len(returns) != 1:
+        return False
+    info = returns[0].alias_info
+    return info is not None and not info.is_write
+
+
+def _tags(node: fx.Node) -> frozenset[str]:
+    target = node.target
+    names = set()
+    if isinstance(target, torch._ops.OpOverload):
+        names.update(str(t).split(".")[-1] for t in target.tags)
+        if target._schema.is_mutable:
+            names.add("mutable")
+        if target.namespace in ("_c10d_functional", "c10d_functional", "_dtensor"):
+            names.add("collective")
+        if target.namespace == "prims" and target.name().split("::")[-1].startswith(("inductor_random", "inductor_seed")):
+            names.add("nondeterministic_seeded")
+    return frozenset(sorted(names))
+
+
+def sym_expr(x: Any) -> sympy.Expr:
+    """A size (int or SymInt) as a sympy expression."""
+    if isinstance(x, torch.SymInt):
+        return sympy.sympify(x.node.expr)
+    return sympy.Integer(int(x))
+
+
+def sym_hint(x: Any) -> int:
+    """A size (int or SymInt) evaluated at its hint."""
+    if isinstance(x, torch.SymInt):
+        hint = x.node.hint
+        if hint is None:
+            hint = x.node.shape_env.size_hint(x.node.expr)
+        return int(hint)
+    return int(x)
+
+
+def _tensor_bytes(val: torch.Tensor) -> tuple[int, sympy.Expr]:
+    numel = val.numel()
+    expr = sym_expr(numel) * val.element_size()
+    return sym_hint(numel) * val.element_size(), sympy.expand(expr)
+
+
+def _module_path(node: fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        fwd = node.meta.get("fwd_nn_module_stack") or {}
+        stack = fwd
+    if not stack:
+        return ""
+    path = list(stack.values())[-1]
+    path = path[0] if isinstance(path, tuple) else str(path)
+    return _clean_path(path)
+
+
+def _clean_path(path: str) -> str:
+    # dynamo writes "L['self'].blocks[0].attn" or "L__self___blocks_0_attn"
+    for prefix in ("L['self'].", "L['self']", "L__self___"):
+        if path.startswith(prefix):
+            path = path[len(prefix):]
+    return path.replace("[", ".").replace("]", "").replace("'", "")
+
+
+def capture(joint: fx.GraphModule, num_fwd_outputs: int) -> Graph:
+    """Read the facts of an aot_autograd joint graph. Pure: the graph is not modified."""
+    nodes = list(joint.graph.nodes)
+    position = {node: i for i, node in enumerate(nodes)}
+    tangent_dependent: set[str] = set()
+    for node in nodes:
+        if node.op == "placeholder" and node.name.startswith("tangents"):
+            tangent_dependent.add(node.name)
+        elif node.op == "call_function" and any(a.name in tangent_dependent for a in node.all_input_nodes):
+            tangent_dependent.add(node.name)
+
+    storage: dict[str, str] = {}
+    values: list[Value] = []
+    symbols: set[str] = set()
+    for index, node in enumerate(nodes):
+        inputs = tuple(dict.fromkeys(a.name for a in node.all_input_nodes))
+        users = tuple(u.name for u in sorted(node.users, key=position.__getitem__))
+        val = node.meta.get("val")
+        is_tensor = isinstance(val, torch.Tensor)
+        is_multi = isinstance(val, (tuple, list)) and node.op == "call_function"
+        is_view = is_tensor and node.op == "call_function" and _is_view_op(node)
+        if is_view and inputs:
+            storage[node.name] = storage.get(inputs[0], inputs[0])
+        else:
+            storage[node.name] = node.name
+        if is_tensor and not is_view:
+            nbytes, expr = _tensor_bytes(val)
+            symbols.update(str(s) for s in expr.free_symbols)
+        else:
+            nbytes, expr = 0, sympy.Integer(0)
+        values.append(Value(
+            name=node.name,
+            index=index,
+            role=_role(node, tangent_dependent),
+            op=op_name(node),
+            inputs=inputs,
+            users=users,
+            nbytes=nbytes,
+            nbytes_expr=expr,
+            storage=storage[node.name],
+            is_tensor=is_tensor,
+            is_view=is_view,
+            is_multi=is_multi,
+            shape=tuple(sym_hint(s) for s in val.shape) if is_tensor else (),
+            dtype=str(val.dtype).replace("torch.", "") if is_tensor else "",
+            module_path=_module_path(node),
+            tags=_tags(node),
+        ))
+
+    out_args = [a for a in _flat_outputs(nodes[-1])]
+    fw_out = tuple(a.name for a in out_args[:num_fwd_outputs] if isinstance(a, fx.Node))
+    bw_out = tuple(a.name for a in out_args[num_fwd_outputs:] if isinstance(a, fx.Node))
+    return Graph(tuple(values), num_fwd_outputs, fw_out, bw_out, tuple(sorted(symbols)))
+
+
+def _flat_outputs(output: fx.Node) -> list[Any]:
+    return list(torch.utils._pytree.tree_leaves(output.args[0]))
+
+
+def _role(node: fx.Node, tangent_dependent: set[str]) -> Role:
+    if node.op == "placeholder":
+        return Role.TANGENT if node.name.startswith("tangents") else Role.PRIMAL
+    if node.op == "output":
+        return Role.OUTPUT
+    if node.op == "get_attr":
+        return Role.PRIMAL
+    return Role.BACKWARD if node.name in tangent_dependent else Role.FORWARD

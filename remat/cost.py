@@ -1,0 +1,54 @@
+"""Recompute cost of every node, in one unit: flops.
+
+Compute-bound ops are counted with torch.utils.flop_counter's formulas. Memory-bound ops (pointwise, reductions,
+copies) are charged for the bytes they read and write, converted to flops at FLOPS_PER_BYTE — the ratio of compute
+to memory bandwidth of a typical accelerator-less training box, so that a 1 MiB pointwise op costs about as much as a
+10 MFLOP matmul. Views and getitems cost nothing: they only re-label memory.
+"""
+from __future__ import annotations
+
+import types
+from typing import Mapping
+
+import torch
+import torch.fx as fx
+from torch.utils.flop_counter import flop_registry
+
+from .capture import Graph, sym_hint
+
+FLOPS_PER_BYTE = 10
+
+
+def _tensor_bytes(x: object) -> int:
+    if isinstance(x, torch.Tensor):
+        return sym_hint(x.numel()) * x.element_size()
+    return 0
+
+
+def _meta(arg: object) -> object:
+    return arg.meta.get("val") if isinstance(arg, fx.Node) else arg
+
+
+def node_cost(node: fx.Node, is_view: bool) -> int:
+    """Cost in flops of running `node` once (0 for placeholders, views and getitems)."""
+    if node.op != "call_function" or is_view or not isinstance(node.target, torch._ops.OpOverload):
+        return 0
+    args, kwargs = torch.utils._pytree.tree_map(_meta, (node.args, node.kwargs))
+    out = node.meta.get("val")
+    formula = flop_registry.get(node.target.overloadpacket)
+    if formula is not None:
+        try:
+            return int(sym_hint(formula(*args, out_val=out, **kwargs)))
+        except Exception:  # a formula that cannot read symbolic or unusual args: fall back to bytes moved
+            pass
+    moved = sum(_tensor_bytes(x) for x in torch.utils._pytree.tree_leaves((args, kwargs)))
+    moved += sum(_tensor_bytes(x) for x in torch.utils._pytree.tree_leaves(out))
+    return moved * FLOPS_PER_BYTE
+
+
+def costs(joint: fx.GraphModule, graph: Graph) -> Mapping[str, int]:
+    """Per-node recompute cost, keyed by node name."""
+    table = {}
+    for node in joint.graph.nodes:
+        table[node.name] = node_cost(node, graph[node.name].is_view)
+    return types.MappingProxyType(table)

@@ -1,0 +1,136 @@
+"""Measured peak memory of one call, on CUDA (allocator statistics) or CPU (profiler memory events).
+
+The planner's numbers are simulated; this module measures, so tests and benchmarks can check the simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+__all__ = ["peak_memory"]
+
+
+def peak_memory(
+    fn: Callable[..., Any],
+    *args: Any,
+    device: str | torch.device | None = None,
+    exclude: Callable[[], Iterable[torch.Tensor | None]] | None = None,
+    **kwargs: Any,
+) -> int:
+    """Peak bytes allocated during one call ``fn(*args, **kwargs)``, above the level at the start of the call.
+
+    Memory that was allocated before the call and is still held does not count, and freeing it during the call
+    does not lower the peak below zero nor offset later allocations: the result is the most bytes the call itself
+    had allocated at any moment (its outputs included, while they are alive).
+
+    Args:
+        device: ``"cpu"`` or ``"cuda"`` (``"cuda:1"``, ...). None: ``"cuda"`` if any tensor in ``args``/``kwargs``
+            (nested lists, tuples, dicts) or any parameter or buffer of ``fn`` (an ``nn.Module`` or a bound method
+            of one) is on CUDA, else ``"cpu"``.
+        exclude: called once after ``fn`` returns; yields tensors (None entries are skipped) whose memory is left
+            out, e.g. ``lambda: [p.grad for p in model.parameters()]`` to measure a training step without its
+            parameter gradients. On CPU, for each such tensor the last allocation the call made at its data
+            pointer is ignored, both when it is allocated and when it is freed. On CUDA the allocator only reports
+            totals, so ``exclude`` is accepted but not called and nothing is subtracted: CUDA counts everything.
+
+    On CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus the memory allocated at
+    the start (caching-allocator blocks, so sizes are rounded up to 512 bytes). On CPU: the allocation and free
+    events of ``torch.profiler`` (``profile_memory=True``), replayed in time order; a free counts only if its
+    address was allocated within the call. The profiler records the calling thread (CPU backward runs there too);
+    memory another Python thread allocates meanwhile is not counted.
+    """
+    device = torch.device(device) if device is not None else _infer_device(fn, args, kwargs)
+    if device.type == "cuda":
+        return _cuda_peak(fn, args, kwargs, device)  # exclude: CPU only, see above
+    if device.type == "cpu":
+        return _cpu_peak(fn, args, kwargs, exclude)
+    raise ValueError(f"device={str(device)!r}: peak_memory measures 'cpu' or 'cuda' devices")
+
+
+def _infer_device(fn: Callable[..., Any], args: tuple, kwargs: dict) -> torch.device:
+    module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+    held = []
+    if isinstance(module, torch.nn.Module):
+        held = [*module.parameters(), *module.buffers()]
+    if any(t.is_cuda for t in [*held, *_tensors((args, kwargs))]):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _tensors(value: Any) -> Iterable[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+def _cuda_peak(fn, args, kwargs, device: torch.device) -> int:
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    start = torch.cuda.memory_allocated(device)
+    fn(*args, **kwargs)
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - start
+    return max(int(peak), 0)
+
+
+def _cpu_peak(fn, args, kwargs, exclude) -> int:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn(*args, **kwargs)
+    events = _cpu_memory_events(prof)
+    excluded = _excluded_allocations(events, exclude() if exclude is not None else ())
+    return _replay(events, excluded)
+
+
+def _cpu_memory_events(prof: profile) -> list[tuple[int, int, int]]:
+    """``(time_ns, address, signed bytes)`` of every CPU allocation (+) and free (-) the profiler saw, in time order.
+
+    The flat kineto events (name ``"[memory]"``) carry bytes but no address; the event tree's allocation records
+    carry both, so they are used.
+    """
+    found = []
+    stack = list(reversed(prof.profiler.kineto_results.experimental_event_tree()))
+    while stack:  # pre-order walk, so events stamped with the same nanosecond keep the order they were recorded in
+        event = stack.pop()
+        stack.extend(reversed(event.children))
+        if event.tag == torch._C._profiler._EventType.Allocation:
+            fields = event.extra_fields
+            if fields.device.type == "cpu" and fields.alloc_size != 0:
+                found.append((event.start_time_ns, len(found), fields.ptr, fields.alloc_size))
+    return [(time_ns, address, nbytes) for time_ns, _, address, nbytes in sorted(found)]
+
+
+def _excluded_allocations(events: list[tuple[int, int, int]], tensors: Iterable[torch.Tensor | None]) -> set[int]:
+    """Indices into ``events`` of the last allocation at each excluded tensor's address."""
+    addresses = set()
+    for tensor in tensors:
+        if tensor is not None:
+            addresses.update({tensor.data_ptr(), tensor.untyped_storage().data_ptr()})
+    last = {}
+    for index, (_, address, nbytes) in enumerate(events):
+        if nbytes > 0 and address in addresses:
+            last[address] = index
+    return set(last.values())
+
+
+def _replay(events: list[tuple[int, int, int]], excluded: set[int]) -> int:
+    # address -> bytes of the counted allocations made within the window; a free of any other address (memory from
+    # before the window, or an excluded allocation) is ignored.
+    live: dict[int, int] = {}
+    total = peak = 0
+    for index, (_, address, nbytes) in enumerate(events):
+        if nbytes > 0 and index not in excluded:
+            live[address] = nbytes
+            total += nbytes
+            peak = max(peak, total)
+        elif nbytes < 0 and address in live:
+            total -= live.pop(address)
+    return peak

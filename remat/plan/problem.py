@@ -1,0 +1,104 @@
+"""The planning problem: what every solver and the simulator read, derived once per graph.
+
+A plan is described by the set of forward values the solver chose to recompute. `resolve` turns that choice into the
+values actually saved and actually recomputed in backward: starting from what backward reads, a value is recomputed
+if chosen (its inputs are then needed too) and saved otherwise. Views and multi-output producers are always
+recomputed (they own no memory); must-save values never are.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Mapping
+
+from ..annotate import PREFERENCE_SCALE, Constraints
+from ..capture import Graph, Role
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """A choice made concrete: which forward values backward gets by saving, which by recomputing."""
+
+    saved: frozenset[str]
+    recomputed: frozenset[str]
+    inputs: frozenset[str] = frozenset()  # forward inputs (primals) backward reads; never counted as activations
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Problem:
+    graph: Graph
+    costs: Mapping[str, int]
+    constraints: Constraints
+    forward: tuple[str, ...]  # forward values in schedule order
+    backward: tuple[str, ...]  # backward nodes that reach a gradient output, in schedule order
+    needed: tuple[str, ...]  # forward values that backward nodes read directly, in schedule order
+    candidates: tuple[str, ...]  # forward values backward may need (ancestors of `needed`), in schedule order
+    choosable: tuple[str, ...]  # candidates a solver may choose to recompute (tensor, not forced either way)
+    fw_required: frozenset[str]  # forward values the forward outputs depend on
+    needed_inputs: tuple[str, ...]  # forward inputs (primals) that backward nodes read directly
+
+    @property
+    def forced(self) -> frozenset[str]:
+        return frozenset(self.constraints.must_recompute)
+
+    def solver_cost(self, name: str) -> float:
+        """Recompute cost as solvers weigh it: the flop cost scaled by a soft user preference."""
+        scale = PREFERENCE_SCALE.get(self.constraints.preference.get(name), 1.0)
+        return self.costs[name] * scale
+
+    def resolve(self, chosen: Iterable[str]) -> Resolved:
+        graph, must_save = self.graph, self.constraints.must_save
+        recompute = (set(chosen) | self.forced) - set(must_save)
+        saved: set[str] = set()
+        recomputed: set[str] = set()
+        inputs: set[str] = set(self.needed_inputs)
+        stack = list(self.needed)
+        while stack:
+            name = stack.pop()
+            if name in saved or name in recomputed:
+                continue
+            if graph[name].role is Role.PRIMAL:
+                inputs.add(name)
+                continue
+            if graph[name].role is not Role.FORWARD:
+                continue
+            if name in recompute:
+                recomputed.add(name)
+                stack.extend(graph[name].inputs)
+            else:
+                saved.add(name)
+        return Resolved(frozenset(saved), frozenset(recomputed), frozenset(inputs))
+
+
+def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constraints) -> Problem:
+    """Derive the structures every solver shares. Pure."""
+    forward = tuple(v.name for v in graph.values if v.role is Role.FORWARD)
+    reaches_grad = _ancestors(graph, graph.bw_outputs, lambda r: r is Role.BACKWARD)
+    backward = tuple(v.name for v in graph.values if v.role is Role.BACKWARD and v.name in reaches_grad)
+    needed_set = {i for b in backward for i in graph[b].inputs if graph[i].role is Role.FORWARD}
+    # Forward outputs that backward reads count as needed too (they are kept alive anyway).
+    needed = tuple(n for n in forward if n in needed_set)
+    cand_set = _ancestors(graph, needed, lambda r: r is Role.FORWARD)
+    candidates = tuple(n for n in forward if n in cand_set)
+    c = constraints
+    choosable = tuple(
+        n for n in candidates
+        if n not in c.must_save and n not in c.must_recompute and graph[n].is_tensor
+    )
+    fw_required = frozenset(_ancestors(graph, graph.fw_outputs, lambda r: r is Role.FORWARD))
+    read = {i for b in backward for i in graph[b].inputs if graph[i].role is Role.PRIMAL}
+    needed_inputs = tuple(v.name for v in graph.values if v.name in read)
+    return Problem(graph, costs, constraints, forward, backward, needed, candidates, choosable, fw_required,
+                   needed_inputs)
+
+
+def _ancestors(graph: Graph, roots: Iterable[str], keep) -> set[str]:
+    """Roots and their ancestors, following only nodes whose role satisfies `keep`."""
+    seen: set[str] = set()
+    stack = [r for r in roots if keep(graph[r].role)]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        stack.extend(i for i in graph[name].inputs if keep(graph[i].role) and i not in seen)
+    return seen

@@ -1,0 +1,115 @@
+"""(problem, budget, solver) → Plan. The one entry point the backend and `explain` use."""
+from __future__ import annotations
+
+import warnings
+
+from ..annotate import Action
+from ..capture import Role
+from . import greedy, mincut, optimal
+from .evaluate import Evaluator, Scored, pick
+from .plan import Baseline, Decision, Plan
+from .problem import Problem
+
+SOLVERS = ("auto", "mincut", "greedy", "optimal")
+
+
+class BudgetError(ValueError):
+    """Raised with strict=True when the memory budget cannot be met."""
+
+
+def heuristic_family(problem: Problem, evaluator: Evaluator, solver: str) -> list[Scored]:
+    if solver == "greedy":
+        return greedy.family(problem, evaluator)
+    if solver == "mincut":
+        return mincut.family(problem, evaluator)
+    return greedy.family(problem, evaluator) + mincut.family(problem, evaluator)
+
+
+def resolve_budget(kind: str, value: float | int | None, least: int, baseline: int) -> int | None:
+    if kind == "none":
+        return None
+    if kind == "fraction":
+        return int(least + value * (baseline - least))
+    return int(value)
+
+
+def make_plan(
+    problem: Problem,
+    budget_kind: str,
+    budget_value: float | int | None,
+    solver: str = "auto",
+    strict: bool = False,
+    time_limit: float = 10.0,
+    evaluator: Evaluator | None = None,
+) -> Plan:
+    """Plan one joint graph. `budget_kind` is "none", "bytes" or "fraction" (see RematConfig.memory_budget)."""
+    evaluator = evaluator or Evaluator(problem)
+    base = evaluator.score(())
+    baseline = Baseline(base.saved, base.peak)
+    if budget_kind == "none":
+        return _plan(problem, evaluator, base, baseline, None, None, "baseline", None)
+    family = heuristic_family(problem, evaluator, "auto")
+    least = min(s.peak for s in family)
+    budget = resolve_budget(budget_kind, budget_value, least, base.peak)
+    gap = None
+    if solver == "optimal":
+        chosen, bound = optimal.solve(problem, budget, evaluator, time_limit)
+        if bound is not None and chosen.cost > 0:
+            gap = max(0.0, (chosen.cost - bound) / chosen.cost)
+        elif bound is not None:
+            gap = 0.0
+    else:
+        chosen = pick(family if solver == "auto" else heuristic_family(problem, evaluator, solver), budget)
+    if chosen.peak > budget:
+        message = (
+            f"memory_budget: {_mib(budget)} cannot be met for this graph; the least peak remat can reach is "
+            f"{_mib(least)} ({least} bytes); using the plan with the least peak ({_mib(chosen.peak)})"
+        )
+        if strict:
+            raise BudgetError(message.replace("; using the plan", "; strict=True, so not using the plan"))
+        warnings.warn(message, stacklevel=2)
+    return _plan(problem, evaluator, chosen, baseline, budget, least, solver, gap)
+
+
+def _mib(b: int) -> str:
+    return f"{b / 2**20:.2f} MiB"
+
+
+def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, gap) -> Plan:
+    graph, c = problem.graph, problem.constraints
+    resolved = chosen.resolved
+    timeline = evaluator.timeline(resolved)
+    decisions = []
+    for name in sorted(resolved.saved | resolved.recomputed, key=lambda n: graph[n].index):
+        v = graph[name]
+        if not (v.is_tensor or v.is_multi) or graph[v.storage].role is not Role.FORWARD:
+            continue  # symbolic sizes and views of inputs are not activations
+        cost = problem.costs[name]
+        if name in resolved.saved:
+            action = Action.SAVE
+            if name in c.must_save:
+                reason = c.must_save[name]
+            elif budget is None:
+                reason = "no memory_budget: saved as the default partition does"
+            else:
+                reason = f"saved: recomputing would cost {cost / 1e6:.1f} MFLOP; the budget is met without it"
+        else:
+            action = Action.RECOMPUTE
+            if name in c.must_recompute:
+                reason = c.must_recompute[name]
+            else:
+                reason = f"recomputed ({solver}): {cost / 1e6:.1f} MFLOP frees {_mib(v.nbytes)}"
+        decisions.append(Decision(name, v.op, v.module_path, v.shape, v.dtype, v.nbytes, cost, action, reason))
+    return Plan(
+        decisions=tuple(decisions),
+        saved_bytes=timeline.saved_bytes,
+        peak_bytes=timeline.peak_bytes,
+        recompute_flops=sum(problem.costs[n] for n in resolved.recomputed),
+        baseline=baseline,
+        budget_bytes=budget,
+        least_peak_bytes=least,
+        feasible=budget is None or timeline.peak_bytes <= budget,
+        solver=solver,
+        gap=gap,
+        timeline=timeline,
+    )

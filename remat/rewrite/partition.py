@@ -1,0 +1,101 @@
+"""(joint graph, plan) → forward module + backward module.
+
+The forward module returns the user outputs plus the saved values; everything backward needs and does not get saved
+is copied into the backward module and recomputed there. The backward module is then reordered to the schedule the
+simulator assumed: each recomputed chain just before its first backward use, so it is freed after its last.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Sequence
+
+import torch.fx as fx
+
+from .. import _torch
+from ..plan.problem import Problem, Resolved
+from ..plan.schedule import backward_order
+
+
+def partition(
+    joint: fx.GraphModule,
+    problem: Problem,
+    resolved: Resolved,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: Sequence[int] | None = None,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    nodes = {n.name: n for n in joint.graph.nodes}
+    is_sym = _torch.is_sym_node()
+    saved = sorted(resolved.saved | resolved.inputs, key=lambda n: problem.graph[n].index)
+    saved_values = [nodes[n] for n in saved if not is_sym(nodes[n])]
+    saved_syms = [nodes[n] for n in saved if is_sym(nodes[n])]
+    extract = _torch.extract_fwd_bwd_modules()
+    kwargs = {"num_fwd_outputs": num_fwd_outputs}
+    if static_lifetime_input_indices and "static_lifetime_input_nodes" in inspect.signature(extract).parameters:
+        placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
+        kwargs["static_lifetime_input_nodes"] = _ordered_set(placeholders[i] for i in static_lifetime_input_indices)
+    fw, bw = extract(joint, saved_values, saved_syms, **kwargs)
+    _dead_code(fw)
+    _dead_code(bw)
+    return fw, reorder(bw, backward_order(problem, resolved))
+
+
+def _ordered_set(items):
+    from torch.utils._ordered_set import OrderedSet
+
+    return OrderedSet(items)
+
+
+def _dead_code(gm: fx.GraphModule) -> None:
+    # Collectives are impure to fx's DCE, but one whose result is unused must go too (as torch's partitioners do).
+    try:
+        gm.graph.eliminate_dead_code(is_impure_node=_is_impure)
+    except TypeError:
+        gm.graph.eliminate_dead_code()
+    gm.recompile()
+
+
+def _is_impure(node: fx.Node) -> bool:
+    namespace = getattr(node.target, "namespace", "")
+    if namespace in ("_c10d_functional", "c10d_functional"):
+        return False
+    return node.is_impure()
+
+
+def reorder(gm: fx.GraphModule, order: Sequence[str]) -> fx.GraphModule:
+    """A copy of `gm` whose nodes run in `order` (names absent from `gm` are skipped; nodes of `gm` missing from
+    `order` run just before their first user). Inputs always precede their users."""
+    old = list(gm.graph.nodes)
+    by_name = {n.name: n for n in old}
+    rank = {name: i for i, name in enumerate(order)}
+    body = [n for n in old if n.op not in ("placeholder", "output")]
+    wanted = sorted((n for n in body if n.name in rank), key=lambda n: rank[n.name])
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in old:
+        if node.op == "placeholder":
+            env[node] = graph.node_copy(node, env.__getitem__)
+
+    def emit(root: fx.Node) -> None:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in env:
+                continue
+            if expanded:
+                env[node] = graph.node_copy(node, env.__getitem__)
+                continue
+            stack.append((node, True))
+            stack.extend((i, False) for i in reversed(node.all_input_nodes) if i not in env)
+
+    for node in wanted:
+        emit(node)
+    output = by_name[old[-1].name]
+    for node in body:
+        if node not in env and node.users:
+            pass  # emitted on demand below through the output's inputs
+    for node in output.all_input_nodes:
+        emit(node)
+    graph.node_copy(output, env.__getitem__)
+    new = fx.GraphModule(gm, graph)
+    new.meta.update(gm.meta)
+    return new
