@@ -41,3 +41,22 @@ def custom_partitioner_base() -> type | None:
     except (TorchAPIError, ImportError):
         return None
     return base if hasattr(config, "custom_partitioner_fn") else None
+
+
+def boxed_nop() -> Callable[..., Any]:
+    """torch's aot_eager inner compiler: runs the module as generated Python with the boxed calling convention, so
+    each input is released after its last use. Falls back to fx.Interpreter.boxed_run, which frees the same way."""
+    try:
+        return _lookup("torch._dynamo.backends.debugging", "boxed_nop")
+    except TorchAPIError:
+        return boxed_interpreter
+
+
+def boxed_interpreter(gm: Any, _inputs: Any) -> Callable[..., Any]:
+    import torch.fx as fx
+
+    def run(args: list) -> Any:
+        return fx.Interpreter(gm).boxed_run(args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run

@@ -51,37 +51,26 @@ class Partitioner:
         return partition(joint, planned.problem, planned.resolved, num_fwd_outputs, static_lifetime_input_indices)
 
 
-def _inductor_partitioner(config: RematConfig):
-    base = _torch.custom_partitioner_base()
-    if base is None:
-        return None
-
-    class InductorPartitioner(base):  # type: ignore[misc, valid-type]
-        def __init__(self):
-            self.partitioner = Partitioner(config)
-
-        def __call__(self, gm, joint_inputs, **kwargs):
-            kwargs.pop("compiler", None)
-            return self.partitioner(gm, joint_inputs, **kwargs)
-
-        def uuid(self):
-            # The compile cache must not reuse a graph partitioned under another config.
-            return ("remat", __file__, repr(config))
-
-    return InductorPartitioner()
+_HookBase = _torch.custom_partitioner_base() or object
 
 
-def _boxed(gm: fx.GraphModule, _inputs: Sequence[Any]):
-    from torch._functorch.aot_autograd import make_boxed_func
+class InductorPartitioner(_HookBase):  # type: ignore[misc, valid-type]
+    """remat's partitioner in inductor's custom-partitioner hook (inductor runs its joint-graph passes first)."""
 
-    return make_boxed_func(gm.forward)
+    def __init__(self, config: RematConfig):
+        self.partitioner = Partitioner(config)
 
+    def __call__(self, gm, joint_inputs, **kwargs):
+        kwargs.pop("compiler", None)
+        return self.partitioner(gm, joint_inputs, **kwargs)
 
-def _interpreted(gm: fx.GraphModule, _inputs: Sequence[Any]):
-    """inner="eager": the planned modules run op by op through fx.Interpreter (slow; easiest to debug)."""
-    from torch._functorch.aot_autograd import make_boxed_func
+    def uuid(self):
+        # The compile cache must not reuse a graph partitioned under another config.
+        return f"remat:{self.partitioner.config!r}"
 
-    return make_boxed_func(lambda *args: fx.Interpreter(gm).run(*args))
+    def __getstate__(self):
+        # Only inductor's cache key pickles the hook; a policy callable may not pickle, its uuid does.
+        return {"uuid": self.uuid()}
 
 
 def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: RematConfig, force_fallback: bool = False):
@@ -91,15 +80,16 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Rem
     if config.inner == "inductor":
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
-        hook = None if force_fallback else _inductor_partitioner(config)
-        if hook is not None:
+        if _HookBase is not object and not force_fallback:
+            hook = InductorPartitioner(config)
             return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": hook})
         from torch._inductor.decomposition import select_decomp_table
 
         return aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner,
                             partition_fn=Partitioner(config), decompositions=select_decomp_table(),
                             keep_inference_input_mutations=True)(gm, example_inputs)
-    inner = _boxed if config.inner == "aot_eager" else _interpreted
+    # "eager" runs the planned modules op by op through fx.Interpreter (slowest, easiest to debug).
+    inner = _torch.boxed_nop() if config.inner == "aot_eager" else _torch.boxed_interpreter
     return aot_autograd(fw_compiler=inner, bw_compiler=inner, partition_fn=Partitioner(config),
                         keep_inference_input_mutations=True)(gm, example_inputs)
 

@@ -152,11 +152,16 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int) -> Graph:
     """Read the facts of an aot_autograd joint graph. Pure: the graph is not modified."""
     nodes = list(joint.graph.nodes)
     position = {node: i for i, node in enumerate(nodes)}
+    # A node is backward if it reads a tangent, or if aot_autograd traced it in the backward pass (its partitioner
+    # tag): such nodes (e.g. sin(x) for the gradient of cos) run in backward, as torch's default partition runs them.
     tangent_dependent: set[str] = set()
     for node in nodes:
         if node.op == "placeholder" and node.name.startswith("tangents"):
             tangent_dependent.add(node.name)
-        elif node.op == "call_function" and any(a.name in tangent_dependent for a in node.all_input_nodes):
+        elif node.op == "call_function" and (
+            node.meta.get("partitioner_tag") == "is_backward"
+            or any(a.name in tangent_dependent for a in node.all_input_nodes)
+        ):
             tangent_dependent.add(node.name)
 
     storage: dict[str, str] = {}
