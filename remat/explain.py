@@ -28,7 +28,7 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, **kwargs: Any) -> li
     joints: list[Captured] = []
 
     def keep(joint, _inputs, *, num_fwd_outputs, **_kw):
-        joints.append(Captured(copy.deepcopy(joint), num_fwd_outputs))
+        joints.append(Captured(joint, num_fwd_outputs))
         from torch._functorch.partitioners import default_partition
 
         return default_partition(joint, _inputs, num_fwd_outputs=num_fwd_outputs)
