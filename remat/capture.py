@@ -79,15 +79,22 @@ def op_name(node: fx.Node) -> str:
 
 
 def _is_view_op(node: fx.Node) -> bool:
+    """True if the node's output aliases its first input: view ops, and getitems of ops returning lists of views
+    (split, unbind, chunk)."""
     target = node.target
+    if target is operator.getitem and isinstance(node.args[0], fx.Node):
+        return returns_alias(node.args[0].target)
     if not isinstance(target, torch._ops.OpOverload):
         return False
     if target in (torch.ops.aten._unsafe_view.default, torch.ops.aten.alias.default):
         return True
-    returns = target._schema.returns
-    if len(returns) != 1:
+    return len(target._schema.returns) == 1 and returns_alias(target)
+
+
+def returns_alias(target: object) -> bool:
+    if not isinstance(target, torch._ops.OpOverload) or len(target._schema.returns) != 1:
         return False
-    info = returns[0].alias_info
+    info = target._schema.returns[0].alias_info
     return info is not None and not info.is_write
 
 
@@ -175,7 +182,9 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int) -> Graph:
         is_multi = isinstance(val, (tuple, list)) and node.op == "call_function"
         is_view = is_tensor and node.op == "call_function" and _is_view_op(node)
         if is_view and inputs:
-            storage[node.name] = storage.get(inputs[0], inputs[0])
+            base = node.args[0].args[0] if node.target is operator.getitem else node.args[0]
+            base = base.name if isinstance(base, fx.Node) else inputs[0]
+            storage[node.name] = storage.get(base, base)
         else:
             storage[node.name] = node.name
         if is_tensor and not is_view:

@@ -14,7 +14,7 @@ import torch
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
 
-from .capture import Graph, sym_hint
+from .capture import Graph, returns_alias, sym_hint
 
 FLOPS_PER_BYTE = 10
 
@@ -32,6 +32,8 @@ def _meta(arg: object) -> object:
 def node_cost(node: fx.Node, is_view: bool) -> int:
     """Cost in flops of running `node` once (0 for placeholders, views and getitems)."""
     if node.op != "call_function" or is_view or not isinstance(node.target, torch._ops.OpOverload):
+        return 0
+    if returns_alias(node.target):  # split, unbind: their outputs are views
         return 0
     args, kwargs = torch.utils._pytree.tree_map(_meta, (node.args, node.kwargs))
     out = node.meta.get("val")
