@@ -18,9 +18,10 @@ class Captured:
     num_fwd_outputs: int
 
 
-def capture_joints(model: Callable[..., Any], *inputs: Any, **kwargs: Any) -> list[Captured]:
-    """Trace `model(*inputs, **kwargs)` with dynamo + aot_autograd and return each joint graph, without running a
-    backward pass. The model is deep-copied and the RNG state restored, so nothing the caller sees changes."""
+def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None = None) -> list[Captured]:
+    """Trace `model(*inputs)` with dynamo + aot_autograd and return each joint graph, without running a backward
+    pass. The model is deep-copied and the RNG state restored, so nothing the caller sees changes. `dynamic` is
+    torch.compile's."""
     from torch._dynamo.backends.common import aot_autograd
 
     from ._torch import boxed_nop
@@ -38,7 +39,7 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, **kwargs: Any) -> li
     with torch.random.fork_rng(devices=[]):
         torch._dynamo.reset()
         try:
-            torch.compile(target, backend=backend)(*inputs, **kwargs)
+            torch.compile(target, backend=backend, dynamic=dynamic)(*inputs)
         finally:
             torch._dynamo.reset()
     if not joints:

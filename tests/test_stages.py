@@ -1,0 +1,102 @@
+"""capture, cost and annotate on small graphs with exact answers."""
+import pytest
+import torch
+
+import remat
+from remat.annotate import annotate
+from remat.capture import Role, capture
+from remat.cost import FLOPS_PER_BYTE, costs
+from remat.explain import capture_joints
+
+from graphs import MIB, CosMM, cosmm_input
+
+
+def facts(fn, *inputs, dynamic=None):
+    (c,) = capture_joints(fn, *inputs, dynamic=dynamic)
+    graph = capture(c.joint, c.num_fwd_outputs)
+    return c.joint, graph
+
+
+def test_roles_bytes_and_costs_are_exact():
+    joint, graph = facts(CosMM(depth=2), cosmm_input())
+    table = costs(joint, graph)
+    mms = [v for v in graph.values if v.op == "aten.mm.default" and v.role is Role.FORWARD]
+    coses = [v for v in graph.values if v.op == "aten.cos.default" and v.role is Role.FORWARD]
+    assert len(mms) == 2 and len(coses) == 3
+    assert all(v.nbytes == MIB and v.shape == (512, 512) and v.dtype == "float32" for v in mms + coses)
+    assert all(table[v.name] == 2 * 512**3 for v in mms)
+    assert all(table[v.name] == 2 * MIB * FLOPS_PER_BYTE for v in coses)
+    sins = [v for v in graph.values if v.op == "aten.sin.default"]
+    assert sins and all(v.role is Role.BACKWARD for v in sins)  # traced in backward, run in backward
+    views = [v for v in graph.values if v.is_view]
+    assert views and all(v.nbytes == 0 and table[v.name] == 0 for v in views)
+
+
+def test_views_share_their_base_storage():
+    def f(x):
+        y = torch.cos(x)
+        a, b = y.split(256, dim=0)
+        return (a.t().sin() + b.t().sin()).sum()
+
+    _, graph = facts(f, torch.randn(512, 512, requires_grad=True))
+    cos = next(v for v in graph.values if v.op == "aten.cos.default")
+    split_outputs = [v for v in graph.values if v.op == "getitem" and v.inputs[0].startswith("split")]
+    assert len(split_outputs) == 2 and all(v.is_view and v.storage == cos.name for v in split_outputs)
+    transposes = [v for v in graph.values if v.op == "aten.t.default" and v.role is Role.FORWARD]
+    assert transposes and all(v.storage == cos.name for v in transposes)
+
+
+def test_dynamic_shapes_keep_symbolic_bytes():
+    def f(x, w):
+        return torch.cos(x @ w).sum()
+
+    x, w = torch.randn(8, 64, requires_grad=True), torch.randn(64, 64, requires_grad=True)
+    torch._dynamo.mark_dynamic(x, 0)  # the batch dimension
+    _, graph = facts(f, x, w)
+    mm = next(v for v in graph.values if v.op == "aten.mm.default" and v.role is Role.FORWARD)
+    (batch,) = mm.nbytes_expr.free_symbols
+    assert graph.symbols == (str(batch),)
+    assert mm.nbytes == 8 * 64 * 4 == int(mm.nbytes_expr.subs(batch, 8))  # evaluated at the hint
+    assert int(mm.nbytes_expr.subs(batch, 16)) == 16 * 64 * 4
+
+
+def test_must_save_rules():
+    bn = torch.nn.BatchNorm1d(64)
+
+    def f(x):
+        y = torch.nn.functional.dropout(torch.cos(x), 0.5, training=True)
+        return torch.sin(bn(y)).view(-1).cos().sum()
+
+    joint, graph = facts(f, torch.randn(16, 64, requires_grad=True))
+    c = annotate(joint, graph, costs(joint, graph))
+    reasons = " | ".join(c.must_save.values())
+    assert "random op" in reasons
+    assert any(graph[n].op == "getitem" for n in c.must_save)  # the dropout mask and output, through getitems
+    views = [v.name for v in graph.values if v.is_view and v.role is Role.FORWARD]
+    assert views and all("view of" in c.must_recompute[n] for n in views)
+
+
+def test_policy_answers_are_checked_and_applied():
+    model, x = CosMM(depth=2), cosmm_input()
+    with pytest.raises(TypeError, match="policy returned 'save' for node .* must return remat.Action"):
+        remat.explain(model, x, memory_budget=0.0, policy=lambda info: "save")
+
+    save_cos = lambda info: remat.Action.SAVE if info.op == "aten.cos.default" else None  # noqa: E731
+    plan = remat.explain(model, x, memory_budget=0.0, policy=save_cos)
+    cos = [d for d in plan.decisions if d.op == "aten.cos.default"]
+    assert cos and all(d.action is remat.Action.SAVE and d.reason == "policy: SAVE" for d in cos)
+
+    recompute_mm = lambda info: remat.Action.RECOMPUTE if info.op == "aten.mm.default" else None  # noqa: E731
+    plan = remat.explain(model, x, memory_budget=None, policy=recompute_mm)
+    mm = [d for d in plan.decisions if d.op == "aten.mm.default"]
+    assert mm and all(d.action is remat.Action.RECOMPUTE and d.reason == "policy: RECOMPUTE" for d in mm)
+
+
+def test_prefer_recompute_steers_the_solver():
+    model, x = CosMM(depth=3), cosmm_input()
+    budget = remat.explain(model, x, memory_budget=None).peak_bytes - MIB
+    plain = remat.explain(model, x, memory_budget=budget)
+    prefer = lambda info: remat.Action.PREFER_RECOMPUTE if info.op == "aten.mm.default" else None  # noqa: E731
+    steered = remat.explain(model, x, memory_budget=budget, policy=prefer)
+    assert {d.op for d in plain.decisions if d.action is remat.Action.RECOMPUTE and d.cost} == {"aten.cos.default"}
+    assert "aten.mm.default" in {d.op for d in steered.decisions if d.action is remat.Action.RECOMPUTE}
