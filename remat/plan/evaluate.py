@@ -29,6 +29,13 @@ class Evaluator:
     def __init__(self, problem: Problem):
         self.problem = problem
         self._memo: dict[Resolved, tuple[float, Timeline]] = {}
+        self._families: dict[str, list[Scored]] = {}
+
+    def family(self, name: str, build) -> list[Scored]:
+        """A solver's budget-independent family of plans, built once per problem."""
+        if name not in self._families:
+            self._families[name] = build(self.problem, self)
+        return self._families[name]
 
     def timeline(self, resolved: Resolved) -> Timeline:
         return self._entry(resolved)[1]

@@ -1,9 +1,13 @@
-"""Greedy solver: recompute the values that cost least per byte freed, checking every step with the simulator.
+"""Greedy solver: recompute what costs least per byte freed, checking every step with the simulator.
 
-Values are ranked by recompute cost per byte, in two orders — plain bytes, and bytes weighted by how much of the
-backward pass the value stays live for (a value freed early in backward does little for the peak). Each prefix of a
-ranking is a candidate plan; all prefixes are simulated on graphs with up to MAX_STEPS choosable values, an evenly
-spaced, budget-independent subset on larger ones. `pick` takes the cheapest that meets the budget.
+Two kinds of greedy walks propose plans; each plan along a walk is simulated:
+- peak-targeted: simulate, take the saved values live at the simulated peak, recompute the cheapest per byte of
+  them, simulate again — until nothing live at the peak can be recomputed. Freeing only what is live at the peak
+  spends no recompute on values that do not lower it.
+- ranked: all values ranked once by cost per byte (plain, and weighted by how long the value stays live into
+  backward); each prefix of a ranking is a plan.
+On large graphs a walk moves several values per step so that at most MAX_STEPS plans are simulated. The walks do not
+depend on the budget, so `pick` (cheapest plan meeting the budget) gives peaks that never rise as the budget falls.
 """
 from __future__ import annotations
 
@@ -13,22 +17,20 @@ from .problem import Problem
 MAX_STEPS = 96
 
 
+def _ratio(problem: Problem, name: str, held: float | None = None) -> tuple:
+    nbytes = problem.graph[name].nbytes if held is None else held
+    return (problem.solver_cost(name) / max(nbytes, 1e-9), problem.graph[name].index)
+
+
 def rankings(problem: Problem, evaluator: Evaluator) -> list[list[str]]:
     graph = problem.graph
     baseline = evaluator.timeline(problem.resolve(()))
     first_bw = baseline.num_forward
     span = len(baseline.steps) - first_bw or 1
-    last_use: dict[str, int] = {}
-    for pos in range(first_bw, len(baseline.steps)):
-        for inp in graph[baseline.steps[pos]].inputs:
-            last_use[inp] = pos - first_bw
-    def by_bytes(n: str) -> tuple:
-        return (problem.solver_cost(n) / max(graph[n].nbytes, 1), graph[n].index)
-    def by_live_bytes(n: str) -> tuple:
-        held = graph[n].nbytes * (last_use.get(n, 0) + 1) / span
-        return (problem.solver_cost(n) / max(held, 1e-9), graph[n].index)
+    held = {n: graph[n].nbytes * (max(b - first_bw, 0) + 1) / span for n, (_, b) in baseline.saved_spans.items()}
     choosable = list(problem.choosable)
-    return [sorted(choosable, key=by_bytes), sorted(choosable, key=by_live_bytes)]
+    return [sorted(choosable, key=lambda n: _ratio(problem, n)),
+            sorted(choosable, key=lambda n: _ratio(problem, n, held.get(n, graph[n].nbytes)))]
 
 
 def prefix_lengths(n: int) -> list[int]:
@@ -37,8 +39,25 @@ def prefix_lengths(n: int) -> list[int]:
     return sorted({round(i * n / MAX_STEPS) for i in range(MAX_STEPS + 1)})
 
 
+def peak_walk(problem: Problem, evaluator: Evaluator) -> list[Scored]:
+    choosable = set(problem.choosable)
+    batch = max(1, len(choosable) // MAX_STEPS)
+    chosen: list[str] = []
+    current = evaluator.score(())
+    walk = [current]
+    while True:
+        timeline = evaluator.timeline(current.resolved)
+        options = sorted((n for n in timeline.live_at_peak() if n in choosable and n not in chosen),
+                         key=lambda n: _ratio(problem, n))
+        if not options:
+            return walk
+        chosen.extend(options[:batch])
+        current = evaluator.score(chosen)
+        walk.append(current)
+
+
 def family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
-    members: list[Scored] = []
+    members = peak_walk(problem, evaluator)
     for ranking in rankings(problem, evaluator):
         members.extend(evaluator.score(ranking[:k]) for k in prefix_lengths(len(ranking)))
     return members

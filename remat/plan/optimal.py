@@ -150,7 +150,7 @@ def solve(problem: Problem, budget: int | None, evaluator: Evaluator | None = No
           time_limit: float = 10.0) -> tuple[Scored, float | None]:
     """The best plan found and the MILP's lower bound on recompute cost (None if no bound was proved)."""
     evaluator = evaluator or Evaluator(problem)
-    incumbents = greedy.family(problem, evaluator) + mincut.family(problem, evaluator)
+    incumbents = evaluator.family("greedy", greedy.family) + evaluator.family("mincut", mincut.family)
     if budget is None or not problem.choosable:
         return pick(incumbents, budget), None
     model = build(problem)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import types
+from typing import Mapping
 
 from ..capture import Role
 from .problem import Problem, Resolved
@@ -27,6 +29,11 @@ class Timeline:
     peak_step: int  # index into steps
     saved_bytes: int
     num_forward: int
+    saved_spans: Mapping[str, tuple[int, int]]  # saved value → (allocating step, last step that reads it)
+
+    def live_at_peak(self) -> list[str]:
+        """Saved values whose storage is live at the peak step, in schedule order."""
+        return [n for n, (a, b) in self.saved_spans.items() if a <= self.peak_step <= b]
 
     @property
     def forward_peak(self) -> int:
@@ -88,4 +95,7 @@ def simulate(problem: Problem, resolved: Resolved) -> Timeline:
     kinds = tuple(
         FORWARD if i < len(fw) else (RECOMPUTE if n in recomputed else BACKWARD) for i, n in enumerate(steps)
     )
-    return Timeline(tuple(steps), kinds, live, peak, live.index(peak) if live else 0, saved_bytes, len(fw))
+    spans = {n: (alloc[("f", n)], last[("f", n)]) for n in sorted(resolved.saved, key=lambda n: graph[n].index)
+             if ("f", n) in alloc and n not in excluded}
+    return Timeline(tuple(steps), kinds, live, peak, live.index(peak) if live else 0, saved_bytes, len(fw),
+                    types.MappingProxyType(spans))

@@ -17,12 +17,11 @@ class BudgetError(ValueError):
     """Raised with strict=True when the memory budget cannot be met."""
 
 
-def heuristic_family(problem: Problem, evaluator: Evaluator, solver: str) -> list[Scored]:
-    if solver == "greedy":
-        return greedy.family(problem, evaluator)
-    if solver == "mincut":
-        return mincut.family(problem, evaluator)
-    return greedy.family(problem, evaluator) + mincut.family(problem, evaluator)
+def heuristic_family(evaluator: Evaluator, solver: str) -> list[Scored]:
+    """The plans a heuristic solver proposes; "auto" (and "optimal", as incumbents) take greedy's and mincut's."""
+    parts = {"greedy": ("greedy",), "mincut": ("mincut",)}.get(solver, ("greedy", "mincut"))
+    builders = {"greedy": greedy.family, "mincut": mincut.family}
+    return [s for part in parts for s in evaluator.family(part, builders[part])]
 
 
 def resolve_budget(kind: str, value: float | int | None, least: int, baseline: int) -> int | None:
@@ -48,8 +47,7 @@ def make_plan(
     baseline = Baseline(base.saved, base.peak)
     if budget_kind == "none":
         return _plan(problem, evaluator, base, baseline, None, None, "baseline", None)
-    family = heuristic_family(problem, evaluator, "auto")
-    least = min(s.peak for s in family)
+    least = min(s.peak for s in heuristic_family(evaluator, "auto"))
     budget = resolve_budget(budget_kind, budget_value, least, base.peak)
     gap = None
     if solver == "optimal":
@@ -59,15 +57,16 @@ def make_plan(
         elif bound is not None:
             gap = 0.0
     else:
-        chosen = pick(family if solver == "auto" else heuristic_family(problem, evaluator, solver), budget)
+        chosen = pick(heuristic_family(evaluator, solver), budget)
     if chosen.peak > budget:
         message = (
             f"memory_budget: {_mib(budget)} cannot be met for this graph; the least peak remat can reach is "
-            f"{_mib(least)} ({least} bytes); using the plan with the least peak ({_mib(chosen.peak)})"
+            f"{_mib(least)} ({least} bytes)"
         )
         if strict:
-            raise BudgetError(message.replace("; using the plan", "; strict=True, so not using the plan"))
-        warnings.warn(message, stacklevel=2)
+            raise BudgetError(f"{message}; strict=True: raise the budget to at least {least} bytes")
+        warnings.warn(f"{message}; using the plan of solver={solver!r} with the least peak ({_mib(chosen.peak)})",
+                      stacklevel=2)
     return _plan(problem, evaluator, chosen, baseline, budget, least, solver, gap)
 
 
