@@ -88,3 +88,24 @@ def test_strict_raises_through_torch_compile():
     compiled = torch.compile(model, backend="remat", options={"memory_budget": MIB, "strict": True, "inner": "aot_eager"})
     with pytest.raises(Exception, match="strict=True"):
         compiled(x)
+
+
+def test_plans_do_not_depend_on_hash_seed():
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.path.insert(0, 'tests'); import warnings; warnings.simplefilter('ignore');"
+        "import remat; from remat.zoo import *;"
+        "c = GPTConfig(vocab=128, n_layer=2, d_model=64, n_head=4, seq_len=32, dropout=0.1); m = GPT(c);"
+        "i, t = make_gpt_batch(c, 2);"
+        "print(remat.explain(lambda a, b: gpt_loss(m, a, b), i, t, memory_budget=0.4).table())"
+    )
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tables = {
+        subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        for seed in ("1", "2")
+    }
+    assert len(tables) == 1 and "recompute" in tables.pop()
