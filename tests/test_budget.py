@@ -65,7 +65,7 @@ def test_fraction_endpoints(joint):
 
 def test_infeasible_budget_warns_with_least_peak(joint):
     least = plan(joint, memory_budget=0.0).least_peak_bytes
-    with pytest.warns(UserWarning, match=f"least peak remat can reach is .* \\({least} bytes\\)"):
+    with pytest.warns(UserWarning, match=f"least peak solver=.auto. can reach is .* \\({least} bytes\\)"):
         p = plan_joint(joint.joint, joint.num_fwd_outputs, RematConfig(memory_budget=least - 1)).plan
     assert not p.feasible and p.peak_bytes == least
 

@@ -6,8 +6,9 @@ Two kinds of greedy walks propose plans; each plan along a walk is simulated:
   spends no recompute on values that do not lower it.
 - ranked: all values ranked once by cost per byte (plain, and weighted by how long the value stays live into
   backward); each prefix of a ranking is a plan.
-On large graphs a walk moves several values per step so that at most MAX_STEPS plans are simulated. The walks do not
-depend on the budget, so `pick` (cheapest plan meeting the budget) gives peaks that never rise as the budget falls.
+On large graphs a walk moves several values per step so that it simulates at most `max_steps(graph)` plans — fewer
+as the graph grows, since each simulation costs time linear in its size. The walks do not depend on the budget, so
+`pick` (cheapest plan meeting the budget) gives peaks that never rise as the budget falls.
 """
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ from .evaluate import Evaluator, Scored, pick
 from .problem import Problem
 
 MAX_STEPS = 96
+MIN_STEPS = 12
+NODE_STEPS = 200_000  # about steps × nodes simulated per walk
+
+
+def max_steps(problem: Problem) -> int:
+    return max(MIN_STEPS, min(MAX_STEPS, NODE_STEPS // max(len(problem.graph.values), 1)))
 
 
 def _ratio(problem: Problem, name: str, held: float | None = None) -> tuple:
@@ -33,15 +40,15 @@ def rankings(problem: Problem, evaluator: Evaluator) -> list[list[str]]:
             sorted(choosable, key=lambda n: _ratio(problem, n, held.get(n, graph[n].nbytes)))]
 
 
-def prefix_lengths(n: int) -> list[int]:
-    if n <= MAX_STEPS:
+def prefix_lengths(n: int, steps: int) -> list[int]:
+    if n <= steps:
         return list(range(n + 1))
-    return sorted({round(i * n / MAX_STEPS) for i in range(MAX_STEPS + 1)})
+    return sorted({round(i * n / steps) for i in range(steps + 1)})
 
 
 def peak_walk(problem: Problem, evaluator: Evaluator) -> list[Scored]:
     choosable = set(problem.choosable)
-    batch = max(1, len(choosable) // MAX_STEPS)
+    batch = max(1, len(choosable) // max_steps(problem))
     chosen: list[str] = []
     current = evaluator.score(())
     walk = [current]
@@ -59,7 +66,7 @@ def peak_walk(problem: Problem, evaluator: Evaluator) -> list[Scored]:
 def family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
     members = peak_walk(problem, evaluator)
     for ranking in rankings(problem, evaluator):
-        members.extend(evaluator.score(ranking[:k]) for k in prefix_lengths(len(ranking)))
+        members.extend(evaluator.score(ranking[:k]) for k in prefix_lengths(len(ranking), max_steps(problem)))
     return members
 
 

@@ -9,6 +9,7 @@ from which `pick` takes the cheapest plan whose *simulated peak* meets the budge
 from __future__ import annotations
 
 import networkx as nx
+from networkx.algorithms.flow import boykov_kolmogorov, build_residual_network
 
 from ..capture import Role
 from .evaluate import Evaluator, Scored, pick
@@ -40,24 +41,46 @@ def value_graph(problem: Problem) -> nx.DiGraph:
     return flow
 
 
-def _cut(problem: Problem, base: nx.DiGraph, price: float) -> frozenset[str]:
-    flow = base.copy()
-    for name in problem.choosable:
-        flow.add_edge(SOURCE, f"{name}/in", capacity=int(round(price * problem.solver_cost(name))))
-    _, (source_side, _) = nx.minimum_cut(flow, SOURCE, SINK)
+def _prices(problem: Problem, price: float) -> dict[str, int]:
+    return {f"{n}/in": int(round(price * problem.solver_cost(n))) for n in problem.choosable}
+
+
+def _cut(flow: nx.DiGraph, residual: nx.DiGraph, prices: dict[str, int], problem: Problem) -> frozenset[str]:
+    """Minimum cut with the given recompute prices. The residual network is built once and re-priced in place
+    (networkx resets its flows on every run), which saves rebuilding it for every price."""
+    for node, capacity in prices.items():
+        residual[SOURCE][node]["capacity"] = capacity
+        residual[node][SOURCE]["capacity"] = 0
+    boykov_kolmogorov(flow, SOURCE, SINK, residual=residual, value_only=True)
+    source_side = _reachable(residual)
     return frozenset(n for n in problem.choosable if f"{n}/in" not in source_side)
+
+
+def _reachable(residual: nx.DiGraph) -> set[str]:
+    seen, stack = {SOURCE}, [SOURCE]
+    while stack:
+        u = stack.pop()
+        for v, e in residual[u].items():
+            if v not in seen and e["flow"] < e["capacity"]:
+                seen.add(v)
+                stack.append(v)
+    return seen
 
 
 def family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
     members = [evaluator.score(())]
     if not problem.choosable:
         return members
-    base = value_graph(problem)
+    flow = value_graph(problem)
     total_bytes = sum(problem.graph[n].nbytes for n in problem.choosable) or 1
     total_cost = sum(problem.solver_cost(n) for n in problem.choosable) or 1
     scale = total_bytes / total_cost
-    members.append(evaluator.score(_cut(problem, base, 0.0)))
-    members.extend(evaluator.score(_cut(problem, base, scale * step)) for step in PRICE_STEPS)
+    prices = [_prices(problem, 0.0)] + [_prices(problem, scale * step) for step in PRICE_STEPS]
+    # Build the residual network at the highest price, so its stand-in for "infinite" exceeds every cut.
+    # (networkx leaves zero-capacity edges out of it: build with at least 1.)
+    flow.add_edges_from((SOURCE, node, {"capacity": max(c, 1)}) for node, c in prices[-1].items())
+    residual = build_residual_network(flow, "capacity")
+    members.extend(evaluator.score(_cut(flow, residual, p, problem)) for p in prices)
     return members
 
 

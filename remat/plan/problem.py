@@ -12,6 +12,7 @@ from typing import Iterable, Mapping
 
 from ..annotate import PREFERENCE_SCALE, Constraints
 from ..capture import Graph, Role
+from .arrays import FORWARD, PRIMAL, Arrays, arrays
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,11 @@ class Problem:
     choosable: tuple[str, ...]  # candidates a solver may choose to recompute (tensor, not forced either way)
     fw_required: frozenset[str]  # forward values the forward outputs depend on
     needed_inputs: tuple[str, ...]  # forward inputs (primals) that backward nodes read directly
+    arrays: Arrays  # the same facts as integer arrays, for the hot loops
+
+    @property
+    def instances(self) -> tuple[int, ...]:
+        return self.arrays.instances
 
     @property
     def forced(self) -> frozenset[str]:
@@ -46,27 +52,28 @@ class Problem:
         return self.costs[name] * scale
 
     def resolve(self, chosen: Iterable[str]) -> Resolved:
-        graph, must_save = self.graph, self.constraints.must_save
-        recompute = (set(chosen) | self.forced) - set(must_save)
-        saved: set[str] = set()
-        recomputed: set[str] = set()
-        inputs: set[str] = set(self.needed_inputs)
-        stack = list(self.needed)
+        a = self.arrays
+        recompute = {a.index[n] for n in chosen}
+        recompute |= {a.index[n] for n in self.constraints.must_recompute}
+        recompute -= {a.index[n] for n in self.constraints.must_save}
+        role, inputs_of = a.role, a.inputs
+        state = bytearray(len(a.names))  # 1 saved, 2 recomputed, 3 input
+        stack = [a.index[n] for n in self.needed]
         while stack:
-            name = stack.pop()
-            if name in saved or name in recomputed:
+            i = stack.pop()
+            if state[i]:
                 continue
-            if graph[name].role is Role.PRIMAL:
-                inputs.add(name)
-                continue
-            if graph[name].role is not Role.FORWARD:
-                continue
-            if name in recompute:
-                recomputed.add(name)
-                stack.extend(graph[name].inputs)
-            else:
-                saved.add(name)
-        return Resolved(frozenset(saved), frozenset(recomputed), frozenset(inputs))
+            if role[i] == PRIMAL:
+                state[i] = 3
+            elif role[i] == FORWARD:
+                if i in recompute:
+                    state[i] = 2
+                    stack.extend(inputs_of[i])
+                else:
+                    state[i] = 1
+        names = a.names
+        pick = lambda code: frozenset(names[i] for i, s in enumerate(state) if s == code)  # noqa: E731
+        return Resolved(pick(1), pick(2), pick(3) | frozenset(self.needed_inputs))
 
 
 def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constraints) -> Problem:
@@ -88,7 +95,7 @@ def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constrain
     read = {i for b in backward for i in graph[b].inputs if graph[i].role is Role.PRIMAL}
     needed_inputs = tuple(v.name for v in graph.values if v.name in read)
     return Problem(graph, costs, constraints, forward, backward, needed, candidates, choosable, fw_required,
-                   needed_inputs)
+                   needed_inputs, arrays(graph))
 
 
 def _ancestors(graph: Graph, roots: Iterable[str], keep) -> set[str]:

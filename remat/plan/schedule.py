@@ -1,50 +1,63 @@
 """Execution order of a plan. The simulator and the rewrite both use it, so what is simulated is what runs."""
 from __future__ import annotations
 
-from ..capture import Role
+from .arrays import FORWARD
 from .problem import Problem, Resolved
 
 
-def forward_order(problem: Problem, resolved: Resolved) -> list[str]:
-    """Forward values the forward module computes: what the outputs need plus what is saved, in schedule order."""
-    graph = problem.graph
-    required = set(problem.fw_required)
-    stack = [n for n in resolved.saved if n not in required]
+def forward_ids(problem: Problem, resolved: Resolved) -> list[int]:
+    """Forward values the forward module computes — what the outputs need plus what is saved — in schedule order."""
+    a = problem.arrays
+    required = bytearray(len(a.names))
+    for n in problem.fw_required:
+        required[a.index[n]] = 1
+    stack = [a.index[n] for n in resolved.saved]
     while stack:
-        name = stack.pop()
-        if name in required:
+        i = stack.pop()
+        if required[i]:
             continue
-        required.add(name)
-        stack.extend(i for i in graph[name].inputs if graph[i].role is Role.FORWARD)
-    return [n for n in problem.forward if n in required]
+        required[i] = 1
+        stack.extend(j for j in a.inputs[i] if a.role[j] == FORWARD and not required[j])
+    return [i for i in range(len(a.names)) if required[i] and a.role[i] == FORWARD]
 
 
-def backward_order(problem: Problem, resolved: Resolved) -> list[str]:
+def backward_ids(problem: Problem, resolved: Resolved) -> list[int]:
     """Backward nodes in schedule order, each recomputed value placed just before its first use.
 
     A recomputed chain is emitted depth-first, inputs in argument order, immediately ahead of the first backward node
     that reads it, so it is live only from there to its last use.
     """
-    graph, recomputed = problem.graph, resolved.recomputed
-    order: list[str] = []
-    done: set[str] = set()
-    for node in problem.backward:
-        for root in graph[node].inputs:
-            if root not in recomputed or root in done:
+    a = problem.arrays
+    inputs_of = a.inputs
+    pending = bytearray(len(a.names))  # 1: recomputed and not yet emitted
+    for n in resolved.recomputed:
+        pending[a.index[n]] = 1
+    order: list[int] = []
+    for node in (a.index[n] for n in problem.backward):
+        for root in inputs_of[node]:
+            if not pending[root]:
                 continue
-            # iterative post-order walk over the recomputed inputs
-            stack: list[tuple[str, bool]] = [(root, False)]
+            stack = [(root, False)]
             while stack:
-                name, expanded = stack.pop()
-                if name in done:
-                    continue
+                i, expanded = stack.pop()
                 if expanded:
-                    done.add(name)
-                    order.append(name)
+                    if pending[i]:
+                        pending[i] = 0
+                        order.append(i)
                     continue
-                stack.append((name, True))
-                for inp in reversed(graph[name].inputs):
-                    if inp in recomputed and inp not in done:
-                        stack.append((inp, False))
+                if not pending[i]:
+                    continue
+                stack.append((i, True))
+                stack.extend((j, False) for j in reversed(inputs_of[i]) if pending[j])
         order.append(node)
     return order
+
+
+def forward_order(problem: Problem, resolved: Resolved) -> list[str]:
+    names = problem.arrays.names
+    return [names[i] for i in forward_ids(problem, resolved)]
+
+
+def backward_order(problem: Problem, resolved: Resolved) -> list[str]:
+    names = problem.arrays.names
+    return [names[i] for i in backward_ids(problem, resolved)]

@@ -13,23 +13,35 @@ import itertools
 import types
 from typing import Mapping
 
-from ..capture import Role
+from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
-from .schedule import backward_order, forward_order
+from .schedule import backward_ids, forward_ids
 
 FORWARD, RECOMPUTE, BACKWARD = "forward", "recompute", "backward"
 
 
 @dataclasses.dataclass(frozen=True)
 class Timeline:
-    steps: tuple[str, ...]  # node names: the forward schedule, then backward with recomputation inserted
-    kinds: tuple[str, ...]  # "forward" | "recompute" | "backward" per step
+    step_ids: tuple[int, ...]  # joint-graph positions: the forward schedule, then backward with recomputation
+    names: tuple[str, ...] = dataclasses.field(repr=False)  # node name of every joint-graph position
+    recomputed: frozenset[str] = dataclasses.field(repr=False)
     live: tuple[int, ...]  # live activation bytes while each step runs
     peak_bytes: int
     peak_step: int  # index into steps
     saved_bytes: int
     num_forward: int
     saved_spans: Mapping[str, tuple[int, int]]  # saved value → (allocating step, last step that reads it)
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """Node names per step."""
+        return tuple(self.names[i] for i in self.step_ids)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """"forward" | "recompute" | "backward" per step."""
+        return tuple(FORWARD if p < self.num_forward else RECOMPUTE if name in self.recomputed else BACKWARD
+                     for p, name in enumerate(self.steps))
 
     def live_at_peak(self) -> list[str]:
         """Saved values whose storage is live at the peak step, in schedule order."""
@@ -45,57 +57,61 @@ class Timeline:
 
 
 def simulate(problem: Problem, resolved: Resolved) -> Timeline:
-    graph = problem.graph
-    fw = forward_order(problem, resolved)
-    bw = backward_order(problem, resolved)
+    a = problem.arrays
+    n = len(a.names)
+    fw = forward_ids(problem, resolved)
+    bw = backward_ids(problem, resolved)
     steps = fw + bw
-    recomputed = resolved.recomputed
-    excluded = {graph[o].storage for o in graph.bw_outputs}
+    role, storage, inputs_of, allocates = a.role, a.storage, a.inputs, a.allocates
+    recomputed = bytearray(n)
+    for name in resolved.recomputed:
+        recomputed[a.index[name]] = 1
+    excluded = {storage[a.index[o]] for o in problem.graph.bw_outputs}
 
-    def instance(name: str, in_backward: bool):
-        """The storage a name refers to at this point: ('f', owner) or ('b', owner), None if not counted."""
-        owner = graph[name].storage
-        role = graph[owner].role
-        if role is Role.BACKWARD or (in_backward and owner in recomputed):
-            return ("b", owner)
-        if role is Role.FORWARD:
-            return ("f", owner)
-        return None
-
-    alloc: dict[tuple, int] = {}
-    last: dict[tuple, int] = {}
-    for pos, name in enumerate(steps):
-        in_bw = pos >= len(fw)
-        value = graph[name]
-        for inp in value.inputs:
-            key = instance(inp, in_bw)
-            if key is not None:
-                last[key] = pos
-        if not value.is_view and value.nbytes:
-            key = instance(name, in_bw)
-            if key is not None and key not in alloc:
-                alloc[key] = pos
-                last.setdefault(key, pos)
+    # A storage instance is its owner's index (the forward copy) or owner + n (a copy made in backward).
+    plain = problem.instances  # instance outside recomputation, per node (-1: not counted)
+    alloc = [-1] * (2 * n)
+    last = [-1] * (2 * n)
+    num_fw = len(fw)
+    for pos, i in enumerate(fw):
+        for j in inputs_of[i]:
+            k = plain[j]
+            if k >= 0:
+                last[k] = pos
+        if allocates[i] and alloc[i] < 0:
+            alloc[i] = pos
+            if last[i] < 0:
+                last[i] = pos
+    for pos, i in enumerate(bw, start=num_fw):
+        for j in inputs_of[i]:
+            o = storage[j]
+            k = o + n if recomputed[o] else plain[j]
+            if k >= 0:
+                last[k] = pos
+        if allocates[i]:
+            k = i + n if recomputed[i] or role[i] == BACKWARD_ROLE else plain[i]
+            if k >= 0 and alloc[k] < 0:
+                alloc[k] = pos
+                if last[k] < 0:
+                    last[k] = pos
     end = len(steps) - 1
-    for out in graph.fw_outputs:
-        key = instance(out, False)
-        if key is not None:
-            last[key] = end
+    for out in problem.graph.fw_outputs:
+        k = plain[a.index[out]]
+        if k >= 0:
+            last[k] = end
 
     delta = [0] * (len(steps) + 1)
-    for key, start in alloc.items():
-        if key[1] in excluded:
-            continue
-        size = graph[key[1]].nbytes
-        delta[start] += size
-        delta[max(last[key], start) + 1] -= size
+    nbytes = a.nbytes
+    for k in (k for k, start in enumerate(alloc) if start >= 0):
+        owner = k % n
+        if owner not in excluded:
+            size = nbytes[owner]
+            delta[alloc[k]] += size
+            delta[last[k] + 1] -= size
     live = tuple(itertools.accumulate(delta[:-1]))
     peak = max(live, default=0)
-    saved_bytes = sum(graph[n].nbytes for n in resolved.saved if graph[n].storage not in excluded)
-    kinds = tuple(
-        FORWARD if i < len(fw) else (RECOMPUTE if n in recomputed else BACKWARD) for i, n in enumerate(steps)
-    )
-    spans = {n: (alloc[("f", n)], last[("f", n)]) for n in sorted(resolved.saved, key=lambda n: graph[n].index)
-             if ("f", n) in alloc and n not in excluded}
-    return Timeline(tuple(steps), kinds, live, peak, live.index(peak) if live else 0, saved_bytes, len(fw),
-                    types.MappingProxyType(spans))
+    saved_ids = sorted(a.index[s] for s in resolved.saved)
+    saved_bytes = sum(nbytes[i] for i in saved_ids if storage[i] not in excluded)
+    spans = {a.names[i]: (alloc[i], last[i]) for i in saved_ids if alloc[i] >= 0 and i not in excluded}
+    return Timeline(tuple(steps), a.names, resolved.recomputed, live, peak, live.index(peak) if live else 0,
+                    saved_bytes, num_fw, types.MappingProxyType(spans))

@@ -47,7 +47,8 @@ def make_plan(
     baseline = Baseline(base.saved, base.peak)
     if budget_kind == "none":
         return _plan(problem, evaluator, base, baseline, None, None, "baseline", None)
-    least = min(s.peak for s in heuristic_family(evaluator, "auto"))
+    # The least peak reachable by this solver's proposals (optimal's include both heuristics' as incumbents).
+    least = min(s.peak for s in heuristic_family(evaluator, solver))
     budget = resolve_budget(budget_kind, budget_value, least, base.peak)
     gap = None
     if solver == "optimal":
@@ -60,13 +61,12 @@ def make_plan(
         chosen = pick(heuristic_family(evaluator, solver), budget)
     if chosen.peak > budget:
         message = (
-            f"memory_budget: {_mib(budget)} cannot be met for this graph; the least peak remat can reach is "
-            f"{_mib(least)} ({least} bytes)"
+            f"memory_budget: {_mib(budget)} cannot be met for this graph; the least peak solver={solver!r} can "
+            f"reach is {_mib(least)} ({least} bytes)"
         )
         if strict:
             raise BudgetError(f"{message}; strict=True: raise the budget to at least {least} bytes")
-        warnings.warn(f"{message}; using the plan of solver={solver!r} with the least peak ({_mib(chosen.peak)})",
-                      stacklevel=2)
+        warnings.warn(f"{message}; using the plan with that peak", stacklevel=2)
     return _plan(problem, evaluator, chosen, baseline, budget, least, solver, gap)
 
 

@@ -1,0 +1,46 @@
+"""The graph facts as flat integer arrays, indexed by joint-graph position: what the hot loops of resolve, schedule
+and simulate read (the solvers call them hundreds of times per graph)."""
+from __future__ import annotations
+
+import dataclasses
+
+from ..capture import Graph, Role
+
+PRIMAL, TANGENT, FORWARD, BACKWARD, OUTPUT = range(5)
+_CODES = {Role.PRIMAL: PRIMAL, Role.TANGENT: TANGENT, Role.FORWARD: FORWARD, Role.BACKWARD: BACKWARD,
+          Role.OUTPUT: OUTPUT}
+
+
+@dataclasses.dataclass(frozen=True)
+class Arrays:
+    names: tuple[str, ...]
+    index: dict[str, int]
+    role: tuple[int, ...]
+    inputs: tuple[tuple[int, ...], ...]
+    storage: tuple[int, ...]
+    nbytes: tuple[int, ...]
+    allocates: tuple[bool, ...]  # owns storage with bytes (not a view, not empty)
+    # The storage instance a node refers to when nothing is recomputed: its owner's index for a forward owner,
+    # owner + len(names) for a backward owner, -1 for inputs, tangents and other uncounted storage.
+    instances: tuple[int, ...]
+
+
+def arrays(graph: Graph) -> Arrays:
+    index = {v.name: i for i, v in enumerate(graph.values)}
+    n = len(graph.values)
+
+    def instance(v) -> int:
+        owner = index[v.storage]
+        role = graph.values[owner].role
+        return owner if role is Role.FORWARD else owner + n if role is Role.BACKWARD else -1
+
+    return Arrays(
+        names=tuple(v.name for v in graph.values),
+        index=index,
+        role=tuple(_CODES[v.role] for v in graph.values),
+        inputs=tuple(tuple(index[i] for i in v.inputs) for v in graph.values),
+        storage=tuple(index[v.storage] for v in graph.values),
+        nbytes=tuple(v.nbytes for v in graph.values),
+        allocates=tuple(not v.is_view and v.nbytes > 0 for v in graph.values),
+        instances=tuple(instance(v) for v in graph.values),
+    )
