@@ -56,12 +56,23 @@ class Timeline:
         return max(self.live[self.num_forward:], default=0)
 
 
-def simulate(problem: Problem, resolved: Resolved) -> Timeline:
+@dataclasses.dataclass(frozen=True)
+class Lifetimes:
+    """When each counted storage of a plan is live: the schedule and, per storage instance, its steps."""
+
+    fw: list[int]  # forward schedule (joint-graph positions)
+    bw: list[int]  # backward schedule, recomputation included
+    spans: list[tuple[int, int, int]]  # (owner position, first step, last step) per counted storage instance
+    saved_spans: dict[str, tuple[int, int]]
+
+
+def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
+    """Live intervals of every storage the step allocates under a plan. Parameters, inputs, tangents and the
+    gradients the step returns are left out."""
     a = problem.arrays
     n = len(a.names)
     fw = forward_ids(problem, resolved)
     bw = backward_ids(problem, resolved)
-    steps = fw + bw
     role, storage, inputs_of, allocates = a.role, a.storage, a.inputs, a.allocates
     recomputed = bytearray(n)
     for name in resolved.recomputed:
@@ -94,24 +105,28 @@ def simulate(problem: Problem, resolved: Resolved) -> Timeline:
                 alloc[k] = pos
                 if last[k] < 0:
                     last[k] = pos
-    end = len(steps) - 1
+    end = num_fw + len(bw) - 1
     for out in problem.graph.fw_outputs:
         k = plain[a.index[out]]
         if k >= 0:
             last[k] = end
+    spans = [(k % n, alloc[k], last[k]) for k, start in enumerate(alloc) if start >= 0 and k % n not in excluded]
+    saved = sorted(a.index[s] for s in resolved.saved)
+    saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
+    return Lifetimes(fw, bw, spans, saved_spans)
 
+
+def simulate(problem: Problem, resolved: Resolved) -> Timeline:
+    a = problem.arrays
+    life = lifetimes(problem, resolved)
+    steps = life.fw + life.bw
     delta = [0] * (len(steps) + 1)
     nbytes = a.nbytes
-    for k in (k for k, start in enumerate(alloc) if start >= 0):
-        owner = k % n
-        if owner not in excluded:
-            size = nbytes[owner]
-            delta[alloc[k]] += size
-            delta[last[k] + 1] -= size
+    for owner, first, final in life.spans:
+        delta[first] += nbytes[owner]
+        delta[final + 1] -= nbytes[owner]
     live = tuple(itertools.accumulate(delta[:-1]))
     peak = max(live, default=0)
-    saved_ids = sorted(a.index[s] for s in resolved.saved)
-    saved_bytes = sum(nbytes[i] for i in saved_ids if storage[i] not in excluded)
-    spans = {a.names[i]: (alloc[i], last[i]) for i in saved_ids if alloc[i] >= 0 and i not in excluded}
+    saved_bytes = sum(nbytes[a.index[s]] for s in life.saved_spans)
     return Timeline(tuple(steps), a.names, resolved.recomputed, live, peak, live.index(peak) if live else 0,
-                    saved_bytes, num_fw, types.MappingProxyType(spans))
+                    saved_bytes, len(life.fw), types.MappingProxyType(life.saved_spans))
