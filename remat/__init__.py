@@ -4,13 +4,17 @@
 """
 from .annotate import Action, NodeInfo
 from .backend import compile, last_plan, recent_plans, remat_backend
+from .compare import SolverComparison, compare_solvers
 from .config import RematConfig
 from .explain import explain
 from .measure import peak_memory
+from .pareto import ParetoResult, pareto, torch_budget_points
+from .plots import plot_pareto, plot_timeline
 from .plan.plan import Baseline, Decision, Plan
 from .plan.solve import BudgetError
 
 __all__ = [
-    "Action", "Baseline", "BudgetError", "Decision", "NodeInfo", "Plan", "RematConfig",
-    "compile", "explain", "last_plan", "peak_memory", "recent_plans", "remat_backend",
+    "Action", "Baseline", "BudgetError", "Decision", "NodeInfo", "ParetoResult", "Plan", "RematConfig",
+    "SolverComparison", "compare_solvers", "compile", "explain", "last_plan", "pareto", "peak_memory",
+    "plot_pareto", "plot_timeline", "recent_plans", "remat_backend", "torch_budget_points",
 ]

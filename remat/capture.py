@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import operator
+import re
 from typing import Any, Mapping
 
 import sympy
@@ -148,11 +149,15 @@ def _module_path(node: fx.Node) -> str:
 
 
 def _clean_path(path: str) -> str:
-    # dynamo writes "L['self'].blocks[0].attn" or "L__self___blocks_0_attn"
-    for prefix in ("L['self'].", "L['self']", "L__self___"):
-        if path.startswith(prefix):
-            path = path[len(prefix):]
-    return path.replace("[", ".").replace("]", "").replace("'", "")
+    """The module's attribute path below the model dynamo traced from.
+
+    dynamo writes a source expression for the root, then the submodule path with dots: "L['self'].blocks.0.attn"
+    (a compiled module), "L['fn'].args[0].blocks.0" (a functools.partial over the model), "L['model'].head" (the
+    model passed as an argument), "G['model'].head" (a global). Registered submodules never appear in brackets, so
+    the path is what follows the last "]".
+    """
+    path = re.sub(r"\._modules\[(['\"])(.*?)\1\]", r".\2", path)  # older dynamo: L['self']._modules['blocks']
+    return path.rsplit("]", 1)[-1].lstrip(".")
 
 
 def capture(joint: fx.GraphModule, num_fwd_outputs: int) -> Graph:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .. import report
 from ..annotate import Action
 from .simulate import Timeline
 
@@ -19,7 +20,8 @@ class Decision:
     nbytes: int  # bytes of storage the value owns (0 for views)
     cost: int  # flops to recompute it once
     action: Action  # SAVE or RECOMPUTE
-    reason: str
+    reason: str  # why, in words: the rule or the solver's trade ("recomputed (mincut): 0.7 MFLOP frees 0.03 MiB")
+    source_op: str = ""  # for a getitem, the op of the tuple producer it reads ("aten.native_dropout.default")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +46,8 @@ class Plan:
     solver: str
     gap: float | None  # (cost - lower bound) / cost against the optimal solver's bound, when computed
     timeline: Timeline
+    forward_flops: int = 0  # flops of the forward module under this plan; the base of "+x% flops" (0: unknown)
+    baseline_timeline: Timeline | None = None  # the baseline plan's timeline, for overlays
 
     @property
     def saved(self) -> tuple[str, ...]:
@@ -54,32 +58,34 @@ class Plan:
         return tuple(d.name for d in self.decisions if d.action is Action.RECOMPUTE)
 
     def table(self, max_rows: int | None = None) -> str:
-        """A text table: one row per decision, then totals against the baseline."""
-        head = ("node", "op", "shape", "dtype", "MiB", "MFLOP", "action", "reason")
-        rows = [
-            (d.name, d.op, "x".join(map(str, d.shape)), d.dtype, f"{d.nbytes / 2**20:.2f}",
-             f"{d.cost / 1e6:.1f}", d.action.value, d.reason)
-            for d in self.decisions
-        ]
-        hidden = 0
-        if max_rows is not None and len(rows) > max_rows:
-            hidden, rows = len(rows) - max_rows, rows[:max_rows]
-        widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head) - 1)]
-        lines = ["  ".join(str(c).ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in [head, *rows]]
-        if hidden:
-            lines.append(f"... {hidden} more rows")
-        lines.append(self._totals())
-        return "\n".join(lines)
+        """A text table: one row per decision (node, op, shape, dtype, bytes, recompute cost, action, reason), then
+        totals summed from all the rows, against the baseline. `max_rows` limits the rows printed, not the totals."""
+        return report.table(self, max_rows)
 
-    def _totals(self) -> str:
-        mib = lambda b: f"{b / 2**20:.2f} MiB"  # noqa: E731
-        budget = "none" if self.budget_bytes is None else mib(self.budget_bytes)
-        return (
-            f"saved {mib(self.saved_bytes)} (baseline {mib(self.baseline.saved_bytes)}); "
-            f"peak {mib(self.peak_bytes)} (baseline {mib(self.baseline.peak_bytes)}; budget {budget}"
-            f"{'' if self.feasible else ', not reachable'}); "
-            f"recompute {self.recompute_flops / 1e6:.1f} MFLOP; solver {self.solver}"
-        )
+    def to_records(self) -> list[dict]:
+        """One dict per decision, plain python values: `pandas.DataFrame(plan.to_records())` needs nothing else."""
+        return report.records(self)
+
+    def summary(self) -> str:
+        """One paragraph in words: saved bytes of the baseline's, what is recomputed and its flops, peak vs budget."""
+        return report.summary(self)
+
+    def by_module(self, depth: int | None = None) -> dict[str, list[Decision]]:
+        """Decisions grouped by module path ("blocks.1.attn"; "" outside any submodule), in order of first
+        appearance. `depth` cuts paths to that many dotted parts, so "blocks.1.attn.attn_drop" joins
+        "blocks.1.attn" at depth 3."""
+        return report.by_module(self.decisions, depth)
+
+    def module_table(self, depth: int | None = None) -> str:
+        """One line per module: "blocks.1.attn: recompute softmax, mul; save native_dropout x2"."""
+        return report.module_table(self, depth)
+
+    def plot_timeline(self, ax=None, *, baseline: Timeline | None = None):
+        """Live bytes over the forward+backward schedule, baseline overlaid, budget line, recompute shaded.
+        Returns a matplotlib Figure (never shown); draws on `ax` when given."""
+        from ..plots import plot_timeline
+
+        return plot_timeline(self, ax, baseline=baseline)
 
     def __str__(self) -> str:
         return self.table(max_rows=40)

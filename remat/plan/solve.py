@@ -5,10 +5,12 @@ import warnings
 
 from ..annotate import Action
 from ..capture import Role
+from ..report import fmt_bytes, fmt_flops, short_op
 from . import greedy, mincut, optimal
 from .evaluate import Evaluator, Scored, pick
 from .plan import Baseline, Decision, Plan
 from .problem import Problem
+from .schedule import forward_order
 
 SOLVERS = ("auto", "mincut", "greedy", "optimal")
 
@@ -83,7 +85,11 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
         v = graph[name]
         if not (v.is_tensor or v.is_multi) or graph[v.storage].role is not Role.FORWARD:
             continue  # symbolic sizes and views of inputs are not activations
-        cost = problem.costs[name]
+        producer = v.inputs[0] if v.op == "getitem" and v.inputs else None
+        source_op = graph[producer].op if producer else ""
+        # What recomputing it takes: a getitem needs its tuple producer re-run.
+        what = fmt_flops(problem.costs[name] + (problem.costs[producer] if producer else 0))
+        what += f" ({short_op(source_op)})" if producer else ""
         if name in resolved.saved:
             action = Action.SAVE
             if name in c.must_save:
@@ -91,14 +97,15 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
             elif budget is None:
                 reason = "no memory_budget: saved as the default partition does"
             else:
-                reason = f"saved: recomputing would cost {cost / 1e6:.1f} MFLOP; the budget is met without it"
+                reason = f"saved: recomputing would cost {what}; the budget is met without it"
         else:
             action = Action.RECOMPUTE
             if name in c.must_recompute:
                 reason = c.must_recompute[name]
             else:
-                reason = f"recomputed ({solver}): {cost / 1e6:.1f} MFLOP frees {_mib(v.nbytes)}"
-        decisions.append(Decision(name, v.op, v.module_path, v.shape, v.dtype, v.nbytes, cost, action, reason))
+                reason = f"recomputed ({solver}): {what} frees {fmt_bytes(v.nbytes)}"
+        decisions.append(Decision(name, v.op, v.module_path, v.shape, v.dtype, v.nbytes, problem.costs[name],
+                                  action, reason, source_op))
     return Plan(
         decisions=tuple(decisions),
         saved_bytes=timeline.saved_bytes,
@@ -111,4 +118,6 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
         solver=solver,
         gap=gap,
         timeline=timeline,
+        baseline_timeline=evaluator.timeline(evaluator.score(()).resolved),
+        forward_flops=sum(problem.costs[n] for n in forward_order(problem, resolved)),
     )

@@ -1,0 +1,217 @@
+"""Plan reports in words: the decision table, records, a one-paragraph summary, decisions by module.
+
+Pure formatting of a Plan's decisions; every total printed here is summed from the rows printed, so a reader can
+check the table against itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import torch
+
+from .annotate import Action
+
+if TYPE_CHECKING:
+    from .plan.plan import Decision, Plan
+
+TOP_LEVEL = "(top level)"  # how module_table names ops that run outside any submodule (path "")
+
+
+def fmt_bytes(n: int) -> str:
+    """Bytes in binary units with one decimal: "512 B", "4.0 KiB", "41.0 MiB", "2.5 GiB"."""
+    if abs(n) < 1024:
+        return f"{n} B"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def fmt_flops(n: float) -> str:
+    """Flops with a decimal prefix and one decimal: "512 FLOP", "14.3 MFLOP", "1.2 GFLOP"."""
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("KFLOP", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} FLOP"
+
+
+@dataclasses.dataclass(frozen=True)
+class Totals:
+    """Sums over decision rows: what the table's totals line prints."""
+
+    saved_bytes: int  # bytes of the SAVE rows
+    recompute_flops: int  # recompute cost of the RECOMPUTE rows
+    saved: int  # number of SAVE rows
+    recomputed_ops: int  # RECOMPUTE rows that cost flops (views and getitems are free re-labellings)
+
+
+def totals(decisions: Iterable[Decision]) -> Totals:
+    saved = [d for d in decisions if d.action is Action.SAVE]
+    recomputed = [d for d in decisions if d.action is Action.RECOMPUTE]
+    return Totals(
+        saved_bytes=sum(d.nbytes for d in saved),
+        recompute_flops=sum(d.cost for d in recomputed),
+        saved=len(saved),
+        recomputed_ops=sum(1 for d in recomputed if d.cost > 0),
+    )
+
+
+def records(plan: Plan) -> list[dict]:
+    """One dict per decision, plain python values only (str, int, list): `pandas.DataFrame(plan.to_records())`."""
+    return [
+        {
+            "node": d.name,
+            "op": d.op,
+            "module_path": d.module_path,
+            "shape": [int(s) for s in d.shape],
+            "dtype": d.dtype,
+            "bytes": int(d.nbytes),
+            "recompute_flops": int(d.cost),
+            "action": d.action.value,
+            "reason": d.reason,
+        }
+        for d in plan.decisions
+    ]
+
+
+def table(plan: Plan, max_rows: int | None = None) -> str:
+    """One row per decision (the first `max_rows` when given), then totals over all rows against the baseline."""
+    head = ("node", "op", "shape", "dtype", "bytes", "recompute cost", "action", "reason")
+    rows = [
+        (d.name, d.op, "x".join(map(str, d.shape)), d.dtype, fmt_bytes(d.nbytes), fmt_flops(d.cost),
+         d.action.value, d.reason)
+        for d in plan.decisions
+    ]
+    hidden = 0
+    if max_rows is not None and len(rows) > max_rows:
+        hidden, rows = len(rows) - max_rows, rows[:max_rows]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in [head, *rows]]
+    if hidden:
+        lines.append(f"... {hidden} more rows (totals below count them)")
+    lines.extend(totals_lines(plan))
+    return "\n".join(lines)
+
+
+def totals_lines(plan: Plan) -> list[str]:
+    t = totals(plan.decisions)
+    budget = "none" if plan.budget_bytes is None else fmt_bytes(plan.budget_bytes)
+    lines = [
+        f"total: save {t.saved} values, {fmt_bytes(t.saved_bytes)} ({t.saved_bytes} bytes; "
+        f"baseline {fmt_bytes(plan.baseline.saved_bytes)}); "
+        f"recompute {t.recomputed_ops} ops, {fmt_flops(t.recompute_flops)} ({t.recompute_flops} flops"
+        f"{_overhead(t.recompute_flops, plan.forward_flops)})",
+        f"peak {fmt_bytes(plan.peak_bytes)} ({plan.peak_bytes} bytes; baseline {fmt_bytes(plan.baseline.peak_bytes)}; "
+        f"budget {budget}{'' if plan.feasible else ', not reachable'}); solver {plan.solver}",
+    ]
+    # The rows list tensor activations only; say so if the plan counted anything they leave out.
+    if t.saved_bytes != plan.saved_bytes or t.recompute_flops != plan.recompute_flops:
+        lines.append(
+            f"note: the plan counts {plan.saved_bytes} saved bytes and {plan.recompute_flops} recompute flops; "
+            f"the difference is in values not listed (symbolic sizes, views of inputs)"
+        )
+    return lines
+
+
+def _overhead(flops: int, forward_flops: int) -> str:
+    return f", +{100 * flops / forward_flops:.1f}% of forward flops" if forward_flops > 0 else ""
+
+
+def short_op(op: str) -> str:
+    """"aten._softmax.default" → "softmax"; "getitem" stays."""
+    parts = op.split(".")
+    name = parts[1] if len(parts) == 3 else op
+    return name.lstrip("_") or name
+
+
+def is_pointwise(op: str) -> bool:
+    parts = op.split(".")
+    if len(parts) != 3:
+        return False
+    try:
+        overload = getattr(getattr(getattr(torch.ops, parts[0]), parts[1]), parts[2])
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.Tag.pointwise in getattr(overload, "tags", ())
+
+
+def _counted(names: Sequence[str]) -> list[tuple[str, int]]:
+    """(name, count) in order of first appearance."""
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    return list(counts.items())
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def recompute_phrase(decisions: Iterable[Decision]) -> str:
+    """"12 pointwise ops and 1 mm": the RECOMPUTE rows that cost flops, pointwise ops counted together."""
+    ops = [d.op for d in decisions if d.action is Action.RECOMPUTE and d.cost > 0]
+    pointwise = sum(1 for op in ops if is_pointwise(op))
+    parts = [_plural(pointwise, "pointwise op")] if pointwise else []
+    parts += [f"{n} {name}" for name, n in _counted([short_op(op) for op in ops if not is_pointwise(op)])]
+    if not parts:
+        return "nothing"
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def summary(plan: Plan) -> str:
+    t = totals(plan.decisions)
+    saves = f"saves {fmt_bytes(t.saved_bytes)} of {fmt_bytes(plan.baseline.saved_bytes)}"
+    if plan.budget_bytes is None:
+        return (f"no memory_budget: {saves} (everything the default partition saves); recomputes nothing; "
+                f"peak {fmt_bytes(plan.peak_bytes)}")
+    text = (
+        f"{saves}; recomputes {recompute_phrase(plan.decisions)} "
+        f"({fmt_flops(t.recompute_flops)}{_overhead(t.recompute_flops, plan.forward_flops)}); "
+        f"peak {fmt_bytes(plan.peak_bytes)} of budget {fmt_bytes(plan.budget_bytes)} "
+        f"(baseline peak {fmt_bytes(plan.baseline.peak_bytes)}); solver {plan.solver}"
+    )
+    if not plan.feasible:
+        least = plan.least_peak_bytes if plan.least_peak_bytes is not None else plan.peak_bytes
+        text += f"; the budget cannot be met: the least reachable peak is {fmt_bytes(least)}"
+    return text
+
+
+def module_key(path: str, depth: int | None) -> str:
+    """`path` cut to its first `depth` dotted parts ("blocks.1.attn.attn_drop", 3 → "blocks.1.attn")."""
+    if depth is None or not path:
+        return path
+    return ".".join(path.split(".")[:depth])
+
+
+def by_module(decisions: Iterable[Decision], depth: int | None = None) -> dict[str, list[Decision]]:
+    """Decisions grouped by module path (cut to `depth` parts), keys in order of first appearance."""
+    groups: dict[str, list[Decision]] = {}
+    for d in decisions:
+        groups.setdefault(module_key(d.module_path, depth), []).append(d)
+    return groups
+
+
+def _label(d: Decision) -> str:
+    return short_op(d.source_op or d.op)
+
+
+def _ops(decisions: Sequence[Decision]) -> str:
+    return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in _counted([_label(d) for d in decisions]))
+
+
+def module_table(plan: Plan, depth: int | None = None) -> str:
+    """One line per module: "blocks.1.attn: recompute softmax, bmm x2; save native_dropout x2".
+
+    Listed are the recomputed ops that cost flops and the saved values that hold bytes; views, getitems of a
+    recomputed tuple and sizes are free re-labellings and left out. A module with nothing listed has no line.
+    """
+    lines = []
+    for path, group in by_module(plan.decisions, depth).items():
+        recomputed = [d for d in group if d.action is Action.RECOMPUTE and d.cost > 0]
+        saved = [d for d in group if d.action is Action.SAVE and d.nbytes > 0]
+        parts = [f"{action.value} {_ops(ds)}" for action, ds in ((Action.RECOMPUTE, recomputed), (Action.SAVE, saved))
+                 if ds]
+        if parts:
+            lines.append(f"{path or TOP_LEVEL}: " + "; ".join(parts))
+    return "\n".join(lines)
