@@ -12,9 +12,10 @@ from .pareto import ParetoResult, pareto, torch_budget_points
 from .plots import plot_pareto, plot_timeline
 from .plan.plan import Baseline, Decision, Plan
 from .plan.solve import BudgetError
+from .sizing import BatchFit, max_batch
 
 __all__ = [
-    "Action", "Baseline", "BudgetError", "Decision", "NodeInfo", "ParetoResult", "Plan", "RematConfig",
-    "SolverComparison", "compare_solvers", "compile", "explain", "last_plan", "pareto", "peak_memory",
+    "Action", "BatchFit", "Baseline", "BudgetError", "Decision", "NodeInfo", "ParetoResult", "Plan", "RematConfig",
+    "SolverComparison", "compare_solvers", "compile", "explain", "last_plan", "max_batch", "pareto", "peak_memory",
     "plot_pareto", "plot_timeline", "recent_plans", "remat_backend", "torch_budget_points",
 ]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import sympy
+
 from .. import report
 from ..annotate import Action
 from .simulate import Timeline
@@ -48,6 +50,8 @@ class Plan:
     timeline: Timeline
     forward_flops: int = 0  # flops of the forward module under this plan; the base of "+x% flops" (0: unknown)
     baseline_timeline: Timeline | None = None  # the baseline plan's timeline, for overlays
+    peak_bytes_expr: sympy.Expr | None = None  # peak_bytes as a function of the dynamic sizes (sympy)
+    saved_bytes_expr: sympy.Expr | None = None  # saved_bytes likewise
 
     @property
     def saved(self) -> tuple[str, ...]:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import warnings
 
+import sympy
+
 from ..annotate import Action
 from ..capture import Role
 from ..report import fmt_bytes, fmt_flops, short_op
@@ -11,6 +13,7 @@ from .evaluate import Evaluator, Scored, pick
 from .plan import Baseline, Decision, Plan
 from .problem import Problem
 from .schedule import forward_order
+from .symbolic import symbolic_memory
 
 SOLVERS = ("auto", "mincut", "greedy", "optimal")
 
@@ -106,6 +109,10 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
                 reason = f"recomputed ({solver}): {what} frees {fmt_bytes(v.nbytes)}"
         decisions.append(Decision(name, v.op, v.module_path, v.shape, v.dtype, v.nbytes, problem.costs[name],
                                   action, reason, source_op))
+    if problem.graph.symbols:
+        peak_expr, saved_expr = symbolic_memory(problem, resolved)
+    else:
+        peak_expr, saved_expr = sympy.Integer(timeline.peak_bytes), sympy.Integer(timeline.saved_bytes)
     return Plan(
         decisions=tuple(decisions),
         saved_bytes=timeline.saved_bytes,
@@ -120,4 +127,6 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
         timeline=timeline,
         baseline_timeline=evaluator.timeline(evaluator.score(()).resolved),
         forward_flops=sum(problem.costs[n] for n in forward_order(problem, resolved)),
+        peak_bytes_expr=peak_expr,
+        saved_bytes_expr=saved_expr,
     )
