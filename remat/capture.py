@@ -132,8 +132,9 @@ def sym_hint(x: Any) -> int:
 
 def _tensor_bytes(val: torch.Tensor) -> tuple[int, sympy.Expr]:
     numel = val.numel()
-    expr = sym_expr(numel) * val.element_size()
-    return sym_hint(numel) * val.element_size(), sympy.expand(expr)
+    if not isinstance(numel, torch.SymInt):
+        return numel * val.element_size(), sympy.Integer(numel * val.element_size())
+    return sym_hint(numel) * val.element_size(), sympy.expand(sym_expr(numel) * val.element_size())
 
 
 def _module_path(node: fx.Node) -> str:
@@ -178,6 +179,7 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int) -> Graph:
 
     storage: dict[str, str] = {}
     values: list[Value] = []
+    tags: dict[object, frozenset[str]] = {}  # per op: reading torch.Tag names is slow
     symbols: set[str] = set()
     for index, node in enumerate(nodes):
         inputs = tuple(dict.fromkeys(a.name for a in node.all_input_nodes))
@@ -213,7 +215,7 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int) -> Graph:
             shape=tuple(sym_hint(s) for s in val.shape) if is_tensor else (),
             dtype=str(val.dtype).replace("torch.", "") if is_tensor else "",
             module_path=_module_path(node),
-            tags=_tags(node),
+            tags=tags[node.target] if node.target in tags else tags.setdefault(node.target, _tags(node)),
         ))
 
     out_args = [a for a in _flat_outputs(nodes[-1])]

@@ -49,7 +49,7 @@ def prefix_lengths(n: int, steps: int) -> list[int]:
 def peak_walk(problem: Problem, evaluator: Evaluator) -> list[Scored]:
     choosable = set(problem.choosable)
     batch = max(1, len(choosable) // max_steps(problem))
-    chosen: list[str] = []
+    chosen: set[str] = set()
     current = evaluator.score(())
     walk = [current]
     while True:
@@ -58,7 +58,7 @@ def peak_walk(problem: Problem, evaluator: Evaluator) -> list[Scored]:
                          key=lambda n: _ratio(problem, n))
         if not options:
             return walk
-        chosen.extend(options[:batch])
+        chosen.update(options[:batch])
         current = evaluator.score(chosen)
         walk.append(current)
 

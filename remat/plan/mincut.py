@@ -17,6 +17,8 @@ from .problem import Problem
 
 SOURCE, SINK = "<source>", "<sink>"
 PRICE_STEPS = tuple(2.0 ** k for k in range(-10, 11, 2))
+LARGE_GRAPH = 5000  # nodes; beyond it a coarser price grid keeps planning near a second
+LARGE_PRICE_STEPS = tuple(2.0 ** k for k in range(-9, 10, 3))
 
 
 def value_graph(problem: Problem) -> nx.DiGraph:
@@ -75,7 +77,8 @@ def family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
     total_bytes = sum(problem.graph[n].nbytes for n in problem.choosable) or 1
     total_cost = sum(problem.solver_cost(n) for n in problem.choosable) or 1
     scale = total_bytes / total_cost
-    prices = [_prices(problem, 0.0)] + [_prices(problem, scale * step) for step in PRICE_STEPS]
+    steps = LARGE_PRICE_STEPS if len(problem.graph.values) > LARGE_GRAPH else PRICE_STEPS
+    prices = [_prices(problem, 0.0)] + [_prices(problem, scale * step) for step in steps]
     # Build the residual network at the highest price, so its stand-in for "infinite" exceeds every cut.
     # (networkx leaves zero-capacity edges out of it: build with at least 1.)
     flow.add_edges_from((SOURCE, node, {"capacity": max(c, 1)}) for node, c in prices[-1].items())

@@ -146,6 +146,34 @@ def _solve(model: Model, limit: float, time_limit: float):
                     bounds=opt.Bounds(*model.fixed), options={"time_limit": time_limit})
 
 
+def _chosen(model: Model, x: np.ndarray, problem: Problem) -> list[str]:
+    k = len(model.names)
+    return [n for i, n in enumerate(model.names) if x[k + i] > 0.5 and n in problem.choosable]
+
+
+def least_peak(problem: Problem, evaluator: Evaluator, time_limit: float = 10.0) -> Scored:
+    """The least-peak plan the MILP finds below the heuristics' least peak: solve for a peak one byte under the
+    best known, simulate, keep the result if its real peak is lower, repeat. Memoised per problem, so fractions
+    and infeasible budgets resolve against the same least peak on every call."""
+    def descend(problem: Problem, evaluator: Evaluator) -> list[Scored]:
+        incumbents = evaluator.family("greedy", greedy.family) + evaluator.family("mincut", mincut.family)
+        best = pick(incumbents, -1)  # least peak, then least cost
+        if not problem.choosable:
+            return [best]
+        model, limit = build(problem), best.peak - 1
+        for _ in range(MAX_ROUNDS):
+            res = _solve(model, limit, time_limit)
+            if res.x is None:
+                break
+            found = evaluator.score(_chosen(model, res.x, problem))
+            if found.peak < best.peak or (found.peak == best.peak and found.cost < best.cost):
+                best = found
+            limit = min(limit, found.peak) - 1 if found.peak <= limit else limit - (found.peak - limit)
+        return [best]
+
+    return evaluator.family("optimal-least", descend)[0]
+
+
 def solve(problem: Problem, budget: int | None, evaluator: Evaluator | None = None,
           time_limit: float = 10.0) -> tuple[Scored, float | None]:
     """The best plan found and the MILP's lower bound on recompute cost (None if no bound was proved)."""
@@ -153,8 +181,8 @@ def solve(problem: Problem, budget: int | None, evaluator: Evaluator | None = No
     incumbents = evaluator.family("greedy", greedy.family) + evaluator.family("mincut", mincut.family)
     if budget is None or not problem.choosable:
         return pick(incumbents, budget), None
+    incumbents.append(least_peak(problem, evaluator, time_limit))
     model = build(problem)
-    k = len(model.names)
     bound, limit, found = None, float(budget), []
     for _ in range(MAX_ROUNDS):
         res = _solve(model, limit, time_limit)
@@ -162,8 +190,7 @@ def solve(problem: Problem, budget: int | None, evaluator: Evaluator | None = No
             break
         if bound is None:
             bound = float(getattr(res, "mip_dual_bound", None) or res.fun)
-        chosen = [n for i, n in enumerate(model.names) if res.x[k + i] > 0.5 and n in problem.choosable]
-        scored = evaluator.score(chosen)
+        scored = evaluator.score(_chosen(model, res.x, problem))
         found.append(scored)
         if scored.peak <= budget:
             break

@@ -71,9 +71,12 @@ class Problem:
                     stack.extend(inputs_of[i])
                 else:
                     state[i] = 1
+        groups: tuple[list[str], ...] = ([], [], [], [])
         names = a.names
-        pick = lambda code: frozenset(names[i] for i, s in enumerate(state) if s == code)  # noqa: E731
-        return Resolved(pick(1), pick(2), pick(3) | frozenset(self.needed_inputs))
+        for i, code in enumerate(state):
+            if code:
+                groups[code].append(names[i])
+        return Resolved(frozenset(groups[1]), frozenset(groups[2]), frozenset(groups[3] + list(self.needed_inputs)))
 
 
 def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constraints) -> Problem:

@@ -83,6 +83,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     plain = problem.instances  # instance outside recomputation, per node (-1: not counted)
     alloc = [-1] * (2 * n)
     last = [-1] * (2 * n)
+    allocated: list[int] = []
     num_fw = len(fw)
     for pos, i in enumerate(fw):
         for j in inputs_of[i]:
@@ -91,6 +92,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
                 last[k] = pos
         if allocates[i] and alloc[i] < 0:
             alloc[i] = pos
+            allocated.append(i)
             if last[i] < 0:
                 last[i] = pos
     for pos, i in enumerate(bw, start=num_fw):
@@ -103,6 +105,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
             k = i + n if recomputed[i] or role[i] == BACKWARD_ROLE else plain[i]
             if k >= 0 and alloc[k] < 0:
                 alloc[k] = pos
+                allocated.append(k)
                 if last[k] < 0:
                     last[k] = pos
     end = num_fw + len(bw) - 1
@@ -110,7 +113,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
         k = plain[a.index[out]]
         if k >= 0:
             last[k] = end
-    spans = [(k % n, alloc[k], last[k]) for k, start in enumerate(alloc) if start >= 0 and k % n not in excluded]
+    spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
     saved = sorted(a.index[s] for s in resolved.saved)
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
     return Lifetimes(fw, bw, spans, saved_spans)

@@ -54,6 +54,8 @@ def make_plan(
         return _plan(problem, evaluator, base, baseline, None, None, "baseline", None)
     # The least peak reachable by this solver's proposals (optimal's include both heuristics' as incumbents).
     least = min(s.peak for s in heuristic_family(evaluator, solver))
+    if solver == "optimal":
+        least = min(least, optimal.least_peak(problem, evaluator, time_limit).peak)
     budget = resolve_budget(budget_kind, budget_value, least, base.peak)
     gap = None
     if solver == "optimal":
