@@ -1,11 +1,27 @@
-"""Benchmark results as JSON (rows + metadata) and as a markdown table."""
+"""Benchmark results as JSON, markdown tables, the Pareto figure and ``benchmarks/REPORT.md``.
+
+``benchmarks/run.py`` calls ``write`` after measuring. Everything but the JSON can be rebuilt from a saved JSON:
+
+    python benchmarks/report.py [benchmarks/results/latest.json] [--report benchmarks/REPORT.md] [--headline]
+
+``--headline`` also prints the headline table (the snippet README.md shows) to stdout.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the checkout's remat, and the sibling modules, when run as a script
+
+import checks  # noqa: E402
+import figure  # noqa: E402
 
 MiB = 2**20
 
@@ -13,37 +29,60 @@ COLUMNS = ("model", "row", "budget MiB", "saved MiB", "sim peak MiB", "measured 
            "step time vs eager", "max grad diff")
 
 LEGEND = """\
-- **budget MiB**: the row's memory budget; torch rows and remat fraction rows show the fraction they were given.
-  `remat bytes = torch b` uses the measured peak of `torch budget b` (same run) as its budget in bytes.
-- **saved MiB**: unique storages autograd saves for backward in one forward (saved_tensors_hooks), parameters,
-  buffers and inputs left out; the same method for every row. Checkpoint wrappers keep their block inputs outside
-  autograd, so those are not counted. For remat rows `(plan ...)` is the plan's own `saved_bytes`.
+- **budget**: torch rows: the `activation_memory_budget` fraction they were given; remat fraction rows: the fraction
+  and the budget in bytes the plan resolved it to; `remat bytes = torch b` uses the measured peak of
+  `torch budget b` (same run) as its budget in bytes.
+- **saved MiB**: unique storages autograd saves for backward in one forward + loss (saved_tensors_hooks),
+  parameters, buffers and inputs left out; the same method for every row. Checkpoint wrappers keep their block
+  inputs outside autograd, so those are not counted. For remat rows `(plan ...)` is the plan's own `saved_bytes`,
+  which covers the compiled graph only: model + loss by default, the model alone with `--loss-outside`.
 - **sim peak MiB**: the remat plan's simulated peak activation memory (`plan.peak_bytes`).
-- **measured peak MiB**: `remat.peak_memory` of one forward+loss+backward, parameter gradients excluded.
-- **step ms**: median forward+loss+backward time after warm-up; **vs eager**: ratio to the eager row of the model.
+- **measured peak MiB**: `remat.peak_memory` of one forward+loss+backward, parameter gradients excluded;
+  **peak / budget**: measured peak over the remat row's budget in bytes.
+- **step ms**: median forward+loss+backward time after warm-up; **vs eager** / **vs compiled**: ratio to the eager
+  row / the plain compiled row of the model. **compile s**: the first step, compilation included.
 - **max grad diff**: max abs difference of any parameter gradient to eager with the same seed;
   `rel` is the worst per-parameter `||g - g_eager|| / ||g_eager||`."""
 
 
 def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """New row dicts with ``step_vs_eager``: step_ms over the eager row of the same model (None without one)."""
+    """New row dicts with ``step_vs_eager`` and ``step_vs_compiled``: step_ms over the eager row / the plain compiled
+    row of the same model (None without one)."""
     eager_ms = {r["model"]: r["step_ms"] for r in rows if r["row"] == "eager" and "step_ms" in r}
+    compiled_ms = {r["model"]: r["step_ms"] for r in rows if r["kind"] == "compiled" and "step_ms" in r}
     out = []
     for r in rows:
-        base = eager_ms.get(r["model"])
-        ratio = r["step_ms"] / base if base and "step_ms" in r else None
-        out.append({**r, "step_vs_eager": ratio})
+        ratios = {}
+        for key, base in (("step_vs_eager", eager_ms), ("step_vs_compiled", compiled_ms)):
+            ref = base.get(r["model"])
+            ratios[key] = r["step_ms"] / ref if ref and "step_ms" in r else None
+        out.append({**r, **ratios})
     return out
 
 
-def write(json_path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
-    """Write ``json_path`` and the markdown table next to it (same name, ``.md``); returns the markdown path."""
+def write(json_path: Path, rows: list[dict[str, Any]], meta: dict[str, Any], report_path: Path | None = None) -> Path:
+    """Write ``json_path``, then everything derived from it (``render``); returns the markdown table's path."""
     json_path.parent.mkdir(parents=True, exist_ok=True)
     document = _finite({"meta": meta, "rows": rows})
     json_path.write_text(json.dumps(document, indent=2, default=str, allow_nan=False) + "\n")
+    return render(json_path, rows, meta, report_path)
+
+
+def render(json_path: Path, rows: list[dict[str, Any]], meta: dict[str, Any], report_path: Path | None = None) -> Path:
+    """Next to ``json_path``: the flat table (same name, ``.md``), ``headline.md`` and ``pareto.png``; and the full
+    report at ``report_path`` (default: ``default_report_path``). Returns the flat table's path."""
     md_path = json_path.with_suffix(".md")
     md_path.write_text(markdown(rows, meta))
+    (json_path.parent / "headline.md").write_text(headline(rows, meta))
+    png = figure.write_pareto(json_path.parent / "pareto.png", rows, meta)
+    report_path = report_path or default_report_path(json_path)
+    report_path.write_text(full_report(rows, meta, _relative(json_path, report_path),
+                                       png and _relative(png, report_path)))
     return md_path
+
+
+def _relative(path: Path, report_path: Path) -> Path:
+    return Path(os.path.relpath(path.resolve(), report_path.resolve().parent))
 
 
 def _finite(value: Any) -> Any:
@@ -57,23 +96,48 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _number(value: Any) -> Any:
+    """Inverse of ``_finite`` for the fields that hold floats."""
+    return float(value) if isinstance(value, str) and value in ("inf", "-inf", "nan") else value
+
+
+def load(json_path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    document = json.loads(json_path.read_text())
+    rows = [{k: _number(v) for k, v in r.items()} for r in document["rows"]]
+    return rows, document["meta"]
+
+
+def _setup(meta: dict[str, Any]) -> str:
+    machine = meta["machine"]
+    return (f"torch {meta['torch']}, Python {meta.get('python', '?')}, {machine['cpu']} ({machine['cpu_count']} cores"
+            f"{', ' + machine['cuda'] if machine.get('cuda') else ''}), {machine['torch_threads']} torch threads, "
+            f"inner compiler `{meta['inner']}`, {meta['steps']} timed steps after {meta['warmup']} warm-up"
+            f"{', quick' if meta['quick'] else ''}{', inductor fallback_random' if meta['fallback_random'] else ''}, "
+            f"loss {'compiled with the model' if meta['loss_compiled'] else 'computed eagerly outside the graph'}.")
+
+
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    """The results table with a short header (date, torch, machine, workloads) and a legend."""
+    """The flat results table with a short header (date, torch, machine, workloads) and a legend."""
     lines = [
         f"# remat benchmark ({meta['date']})",
         "",
-        f"torch {meta['torch']}, {meta['machine']['cpu']} ({meta['machine']['torch_threads']} threads), "
-        f"inner compiler `{meta['inner']}`, {meta['steps']} timed steps after {meta['warmup']} warm-up"
-        f"{', quick' if meta['quick'] else ''}{', inductor fallback_random' if meta['fallback_random'] else ''}.",
+        _setup(meta),
         "",
         *[f"- {name}: {shape}" for name, shape in meta["workloads"].items()],
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "|".join("---" if c in ("model", "row") else "---:" for c in COLUMNS) + "|",
+        *_table(COLUMNS, [_cells(r) for r in rows]),
+        "",
+        LEGEND,
+        "",
     ]
-    lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
-    lines += ["", LEGEND, ""]
     return "\n".join(lines)
+
+
+def _table(columns: tuple[str, ...], cells: list[list[str]]) -> list[str]:
+    left = ("model", "row")
+    return ["| " + " | ".join(columns) + " |",
+            "|" + "|".join("---" if c in left else "---:" for c in columns) + "|",
+            *("| " + " | ".join(row) + " |" for row in cells)]
 
 
 def _cells(r: dict[str, Any]) -> list[str]:
@@ -82,18 +146,104 @@ def _cells(r: dict[str, Any]) -> list[str]:
     saved = _mib(r.get("saved_bytes"))
     if r.get("plan_saved_bytes") is not None:
         saved += f" (plan {_mib(r['plan_saved_bytes'])})"
-    ratio = r.get("step_vs_eager")
-    return [
-        r["model"],
-        r["row"],
-        _budget(r),
-        saved,
-        _mib(r.get("plan_peak_bytes")),
-        _mib(r.get("measured_peak_bytes")),
-        f"{r['step_ms']:.1f}",
-        f"{ratio:.2f}x" if ratio is not None else "-",
-        _grad(r["max_grad_diff"], r["max_grad_rel_err"]),
+    return [r["model"], r["row"], _budget(r), saved, _mib(r.get("plan_peak_bytes")),
+            _mib(r.get("measured_peak_bytes")), f"{r['step_ms']:.1f}", _ratio(r.get("step_vs_eager")),
+            _grad(r["max_grad_diff"], r["max_grad_rel_err"])]
+
+
+HEADLINE_COLUMNS = ("model", "row", "budget", "measured peak MiB", "step time vs eager", "max grad diff")
+
+
+def _in_headline(r: dict[str, Any]) -> bool:
+    """eager, the plain compiled row, torch's budget rows and remat's rows with a budget (fraction or bytes)."""
+    return r["kind"] in ("eager", "compiled", "torch") or (r["kind"] == "remat" and r.get("budget") is not None)
+
+
+def headline_table(rows: list[dict[str, Any]]) -> list[str]:
+    cells = []
+    for r in rows:
+        if not _in_headline(r):
+            continue
+        if "error" in r:
+            cells.append([r["model"], r["row"], _budget(r), f"error: {r['error'][:80]}", "", ""])
+            continue
+        cells.append([r["model"], r["row"], _budget(r), _mib(r["measured_peak_bytes"]),
+                      _ratio(r.get("step_vs_eager")), _grad(r["max_grad_diff"], r["max_grad_rel_err"])])
+    return _table(HEADLINE_COLUMNS, cells)
+
+
+def headline(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The snippet README.md shows: the headline table and one line saying where and how it was measured."""
+    return "\n".join([*headline_table(rows), "", f"Measured with `{_command(meta)}`: {_setup(meta)} "
+                      "Full tables, checks and the Pareto figure: [benchmarks/REPORT.md](benchmarks/REPORT.md).", ""])
+
+
+FULL_COLUMNS = ("row", "budget", "saved MiB", "sim peak MiB", "measured peak MiB", "peak / budget", "step ms",
+                "vs eager", "vs compiled", "compile s", "max grad diff")
+
+
+def _full_cells(r: dict[str, Any]) -> list[str]:
+    if "error" in r:
+        return [r["row"], _budget(r), f"error: {r['error'][:160]}", *[""] * (len(FULL_COLUMNS) - 3)]
+    saved = _mib(r.get("saved_bytes"))
+    if r.get("plan_saved_bytes") is not None:
+        saved += f" (plan {_mib(r['plan_saved_bytes'])})"
+    budget = checks.budget_bytes(r)
+    return [r["row"], _budget(r), saved, _mib(r.get("plan_peak_bytes")), _mib(r["measured_peak_bytes"]),
+            f"{r['measured_peak_bytes'] / budget:.3f}" if budget else "-", f"{r['step_ms']:.1f}",
+            _ratio(r.get("step_vs_eager")), _ratio(r.get("step_vs_compiled")), f"{r.get('first_step_s', 0):.1f}",
+            _grad(r["max_grad_diff"], r["max_grad_rel_err"])]
+
+
+def full_report(rows: list[dict[str, Any]], meta: dict[str, Any], json_path: Path, png: Path | None) -> str:
+    """benchmarks/REPORT.md: set-up and command, headline table, computed findings, Pareto figure, full tables."""
+    findings = checks.all_findings(rows, meta["inner"])
+    mark = {True: "✅ ", False: "❌ ", None: ""}
+    lines = [
+        "# remat benchmark report",
+        "",
+        f"Generated by `benchmarks/run.py` on {meta['date']}"
+        f"{' at commit ' + meta['git_commit'][:12] if meta.get('git_commit') else ''}; do not edit by hand — every "
+        f"number and every statement below is computed from [{json_path.as_posix()}]({json_path.as_posix()}).",
+        "",
+        f"- command: `{_command(meta)}`",
+        f"- set-up: {_setup(meta)}",
+        f"- platform: {meta['machine']['platform']}",
+        *[f"- {name}: {shape}" for name, shape in meta["workloads"].items()],
+        "",
+        "remat is compared, in one process and on the same inputs, with eager PyTorch, eager with per-block "
+        "`torch.utils.checkpoint`, the plain compile and torch's own `activation_memory_budget` sweep.",
+        "",
+        "## Headline",
+        "",
+        *headline_table(rows),
+        "",
+        "## What this shows",
+        "",
+        *[f"- {mark[f.ok]}{f.text}" for f in findings],
+        "",
     ]
+    if png is not None:
+        lines += [
+            "## Peak memory vs step time",
+            "",
+            f"![measured peak vs step time]({png.as_posix()})",
+            "",
+            f"Per model: measured peak (MiB) against step time divided by the plain `{meta['inner']}` row's. remat's "
+            "fraction rows form the line (annotated with their fraction); torch's `activation_memory_budget` rows "
+            "are the black squares; the other rows are the markers named in each legend.",
+            "",
+        ]
+    lines += ["## Full tables", ""]
+    for model, shape in meta["workloads"].items():
+        lines += [f"### {model}", "", shape, "", *_table(FULL_COLUMNS,
+                                                           [_full_cells(r) for r in rows if r["model"] == model]), ""]
+    lines += [LEGEND, ""]
+    return "\n".join(lines)
+
+
+def _command(meta: dict[str, Any]) -> str:
+    return meta.get("command") or "python benchmarks/run.py"
 
 
 def _budget(r: dict[str, Any]) -> str:
@@ -101,15 +251,48 @@ def _budget(r: dict[str, Any]) -> str:
     if budget is None:
         return "-"
     if kind == "bytes":
-        return _mib(budget)
-    return f"{budget} (fraction)"
+        return f"{_mib(budget)} MiB"
+    if kind == "fraction" and r.get("plan_budget_bytes") is not None:
+        return f"{budget} → {_mib(r['plan_budget_bytes'])} MiB"
+    return str(budget)
 
 
 def _mib(nbytes: int | None) -> str:
     return "-" if nbytes is None else f"{nbytes / MiB:.1f}"
 
 
+def _ratio(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
 def _grad(abs_diff: float, rel_err: float) -> str:
     if abs_diff == 0.0:
         return "0"
     return f"{abs_diff:.1e} (rel {rel_err:.2f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Rebuild the tables, the figure and REPORT.md from a saved JSON.")
+    parser.add_argument("json", nargs="?", type=Path, default=HERE / "results" / "latest.json")
+    parser.add_argument("--report", type=Path, default=None,
+                        help="where REPORT.md goes (default: benchmarks/REPORT.md for the default JSON, else next "
+                             "to the JSON)")
+    parser.add_argument("--headline", action="store_true", help="print the headline snippet to stdout")
+    args = parser.parse_args(argv)
+    rows, meta = load(args.json)
+    rows = with_ratios(rows)
+    render(args.json, rows, meta, args.report or default_report_path(args.json))
+    if args.headline:
+        print(headline(rows, meta))
+    return 0
+
+
+def default_report_path(json_path: Path) -> Path:
+    """benchmarks/REPORT.md for results in benchmarks/results/, else REPORT.md next to the JSON (a scratch run)."""
+    if json_path.resolve().parent == (HERE / "results").resolve():
+        return HERE / "REPORT.md"
+    return json_path.parent / "REPORT.md"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Benchmark workloads and rows: how each configuration is built, and how one row is measured.
+"""Benchmark rows: how each configuration is built, and how one row is measured.
 
 A row is one way of training the same model on the same inputs: plain eager, eager with per-block checkpointing,
 a plain compile, torch's own ``activation_memory_budget``, or the remat backend under a budget. ``measure_row``
@@ -20,40 +20,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import remat
-from remat import zoo
+from workloads import Workload
 
 MiB = 2**20
 TORCH_BUDGETS = (0.5, 0.2, 0.0)
 REMAT_FRACTIONS = (1.0, 0.5, 0.2, 0.0)
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A model, its inputs and its loss; every row trains a deep copy of ``model`` on ``inputs``."""
-
-    name: str
-    model: nn.Module
-    inputs: tuple[torch.Tensor, ...]
-    loss_fn: Callable[..., torch.Tensor]
-    """``loss_fn(model, *inputs)`` -> scalar loss."""
-    blocks_attr: str
-    """Attribute of ``model`` holding the blocks that ``eager+checkpoint`` wraps one by one."""
-    shape: str
-    """Human-readable description for the report."""
-
-
-def gpt_workload(batch: int, seed: int = 0) -> Workload:
-    config = zoo.GPTConfig()
-    shape = (f"GPT {config.n_layer} layers d{config.d_model} {config.n_head} heads seq {config.seq_len} "
-             f"batch {batch} dropout {config.dropout}")
-    return Workload("gpt", zoo.GPT(config, seed=seed), zoo.make_gpt_batch(config, batch, seed=seed), zoo.gpt_loss,
-                    "blocks", shape)
-
-
-def mlp_workload(batch: int, seed: int = 0, width: int = 1024, depth: int = 8) -> Workload:
-    shape = f"MLP {depth} x (Linear({width}) + GELU) batch {batch}"
-    return Workload("mlp", zoo.MLP(width, depth, seed=seed), (zoo.make_mlp_batch(width, batch, seed=seed),),
-                    zoo.mlp_loss, "layers", shape)
 
 
 @dataclass(frozen=True)
@@ -90,30 +61,52 @@ def row_specs(inner: str) -> list[RowSpec]:
 
 
 class _Checkpointed(nn.Module):
-    """Runs the wrapped block under non-reentrant activation checkpointing (RNG state preserved)."""
+    """Runs the wrapped block under non-reentrant activation checkpointing (RNG state preserved).
+
+    Arguments and results pass through unchanged: HF blocks take extra positional and keyword arguments (mask,
+    cache, flags; some ``None``) and may return a tuple, which non-reentrant checkpointing accepts as they are.
+    """
 
     def __init__(self, block: nn.Module) -> None:
         super().__init__()
         self.block = block
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return checkpoint(self.block, x, use_reentrant=False)
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
 
 
-def build(spec: RowSpec, model: nn.Module, inner: str, blocks_attr: str) -> nn.Module:
-    """The callable module a row trains; ``model`` (a fresh copy) is wrapped in place for checkpointing."""
-    if spec.kind == "eager":
-        return model
+class _WithLoss(nn.Module):
+    """The model and its loss as one module, so one compiled graph (and one plan) covers the whole forward."""
+
+    def __init__(self, model: nn.Module, loss_fn: Callable[..., torch.Tensor]) -> None:
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.loss_fn(self.model, *inputs)
+
+
+def build(spec: RowSpec, model: nn.Module, inner: str, workload: Workload,
+          compile_loss: bool) -> Callable[..., torch.Tensor]:
+    """``forward(*inputs) -> loss`` of one row; ``model`` (a fresh copy) is wrapped in place for checkpointing.
+
+    Compiled rows compile the model together with its loss when ``compile_loss``, else the model alone (the loss
+    then runs eagerly on the compiled model's output, outside the budget's reach).
+    """
     if spec.kind == "checkpoint":
-        blocks = getattr(model, blocks_attr)
+        blocks = workload.blocks(model)
         for i in range(len(blocks)):
             blocks[i] = _Checkpointed(blocks[i])
-        return model
-    if spec.kind in ("compiled", "torch"):
-        return torch.compile(model, backend=inner)
+    if not spec.compiled:
+        return _WithLoss(model, workload.loss_fn)
     if spec.kind == "remat":
-        return torch.compile(model, backend="remat", options={"memory_budget": spec.budget, "inner": inner})
-    raise ValueError(f"unknown row kind {spec.kind!r}")
+        backend, options = "remat", {"memory_budget": spec.budget, "inner": inner}
+    else:
+        backend, options = inner, None
+    if compile_loss:
+        return torch.compile(_WithLoss(model, workload.loss_fn), backend=backend, options=options)
+    return _WithLoss(torch.compile(model, backend=backend, options=options), workload.loss_fn)
 
 
 @contextlib.contextmanager
@@ -128,7 +121,7 @@ def row_context(spec: RowSpec, inner: str, fallback_random: bool) -> Iterator[No
         yield
 
 
-def saved_bytes(module: nn.Module, workload: Workload, model: nn.Module) -> int:
+def saved_bytes(forward: Callable[..., torch.Tensor], workload: Workload, model: nn.Module) -> int:
     """Bytes autograd saves for backward during one forward+loss: unique storages passed to the pack hook.
 
     Parameters, buffers and inputs are left out (they are not activation memory). Values a checkpoint wrapper
@@ -144,7 +137,7 @@ def saved_bytes(module: nn.Module, workload: Workload, model: nn.Module) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = workload.loss_fn(module, *workload.inputs)
+        loss = forward(*workload.inputs)
     del loss
     return sum(seen.values())
 
@@ -175,23 +168,32 @@ def _grad_errors(model: nn.Module, ref_grads: list[torch.Tensor]) -> tuple[float
     return abs_diff, rel_err
 
 
-def _plan_fields() -> dict[str, Any]:
-    plan = remat.last_plan()
-    if plan is None:
-        return {}
-    baseline = getattr(plan, "baseline", None)
+def _plan_fields(before: tuple[remat.Plan, ...]) -> dict[str, Any]:
+    """The plan of the graph remat compiled since ``before`` (``remat.recent_plans()`` earlier), as report fields.
+
+    ``plan_graphs`` counts the graphs compiled: more than one means graph breaks, and the figures are the last
+    graph's only (peaks of separate graphs do not add up).
+    """
+    new = [p for p in remat.recent_plans() if not any(p is q for q in before)]
+    if not new:
+        return {"plan_graphs": 0}
+    plan = new[-1]
     return {
+        "plan_graphs": len(new),
         "plan_saved_bytes": plan.saved_bytes,
         "plan_peak_bytes": plan.peak_bytes,
         "plan_recompute_flops": plan.recompute_flops,
-        "plan_solver": None if getattr(plan, "solver", None) is None else str(plan.solver),
-        "plan_baseline_saved_bytes": getattr(baseline, "saved_bytes", None),
-        "plan_baseline_peak_bytes": getattr(baseline, "peak_bytes", None),
+        "plan_budget_bytes": plan.budget_bytes,
+        "plan_feasible": plan.feasible,
+        "plan_least_peak_bytes": plan.least_peak_bytes,
+        "plan_solver": str(plan.solver),
+        "plan_baseline_saved_bytes": plan.baseline.saved_bytes,
+        "plan_baseline_peak_bytes": plan.baseline.peak_bytes,
     }
 
 
 def measure_row(spec: RowSpec, workload: Workload, *, inner: str, seed: int, warmup: int, steps: int,
-                ref: tuple[float, list[torch.Tensor]], fallback_random: bool) -> dict[str, Any]:
+                ref: tuple[float, list[torch.Tensor]], fallback_random: bool, compile_loss: bool) -> dict[str, Any]:
     """Build the row from a fresh copy of the model and measure it; the returned dict is one report row."""
     row: dict[str, Any] = {"model": workload.name, "row": spec.name, "kind": spec.kind, "budget": spec.budget,
                            "budget_kind": budget_kind(spec)}
@@ -200,11 +202,12 @@ def measure_row(spec: RowSpec, workload: Workload, *, inner: str, seed: int, war
         torch._dynamo.reset()  # no compiled code or cache entries carried over from the previous row
 
     with row_context(spec, inner, fallback_random):
-        module = build(spec, model, inner, workload.blocks_attr)
+        forward = build(spec, model, inner, workload, compile_loss)
 
         def step() -> None:
-            workload.loss_fn(module, *workload.inputs).backward()
+            forward(*workload.inputs).backward()
 
+        before = remat.recent_plans()
         for i in range(max(warmup, 1)):  # the first call compiles
             _clear_grads(model)
             t0 = time.perf_counter()
@@ -212,8 +215,8 @@ def measure_row(spec: RowSpec, workload: Workload, *, inner: str, seed: int, war
             if i == 0:
                 row["first_step_s"] = time.perf_counter() - t0
                 if spec.kind == "remat":
-                    row.update(_plan_fields())  # right after compiling
-        row["saved_bytes"] = saved_bytes(module, workload, model)
+                    row.update(_plan_fields(before))  # right after compiling
+        row["saved_bytes"] = saved_bytes(forward, workload, model)
 
         _clear_grads(model)
         row["measured_peak_bytes"] = remat.peak_memory(step, exclude=lambda: [p.grad for p in model.parameters()])
@@ -229,7 +232,7 @@ def measure_row(spec: RowSpec, workload: Workload, *, inner: str, seed: int, war
 
         _clear_grads(model)
         torch.manual_seed(seed)
-        loss = workload.loss_fn(module, *workload.inputs)
+        loss = forward(*workload.inputs)
         loss.backward()
     ref_loss, ref_grads = ref
     row["loss_diff"] = abs(loss.item() - ref_loss)

@@ -1,11 +1,13 @@
 """The benchmark runner: every row (eager, checkpointing, torch's activation_memory_budget, remat) from one run.
 
-    python benchmarks/run.py [--quick] [--out benchmarks/results/latest.json] [--models gpt,mlp]
-                             [--inner inductor|aot_eager] [--rows eager,inductor,torch,remat]
+    python benchmarks/run.py [--quick] [--threads N] [--out benchmarks/results/latest.json] [--models gpt,mlp,gpt2]
+                             [--inner inductor|aot_eager] [--rows eager,inductor,torch,remat] [--headline]
 
 All rows of a model train deep copies of one initialized model on the same inputs, on the same machine, in the
 same process, so their memory and time compare as ratios (step times vary 10-15% between runs on small CPUs).
-Writes JSON (rows + metadata) to --out and the markdown table next to it (same name, .md), and prints the table.
+Writes JSON (rows + metadata) to --out; next to it the flat markdown table (same name, .md), headline.md (the
+table README.md shows) and pareto.png; and the full report, benchmarks/REPORT.md (tables, the figure, and what the
+numbers show, every statement computed from them). `python benchmarks/report.py` rebuilds all but the JSON from it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import datetime
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import traceback
@@ -28,10 +31,8 @@ import torch  # noqa: E402
 
 import report  # noqa: E402
 import rows  # noqa: E402
+from workloads import WORKLOADS  # noqa: E402
 
-# (normal, quick) batch sizes per model
-BATCH = {"gpt": (8, 2), "mlp": (2048, 256)}
-WORKLOADS = {"gpt": rows.gpt_workload, "mlp": rows.mlp_workload}
 ALL_ROWS = "eager,inductor,torch,remat"
 
 
@@ -39,10 +40,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help="small batches (GPT 2, MLP 256), 3 timed steps, --inner aot_eager by default")
+                        help="small batches (" + ", ".join(f"{n} {b[1]}" for n, (_, b) in WORKLOADS.items())
+                             + "), 3 timed steps, --inner aot_eager by default")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "latest.json",
-                        help="JSON output path; the markdown table goes next to it (default: %(default)s)")
-    parser.add_argument("--models", default="gpt,mlp", help="comma-separated subset of: gpt, mlp")
+                        help="JSON output path; the flat table (.md), headline.md and pareto.png go next to it "
+                             "(default: %(default)s)")
+    parser.add_argument("--report", type=Path, default=None,
+                        help="the full report (tables, checks, figure); default: benchmarks/REPORT.md when --out is "
+                             "in benchmarks/results/, else REPORT.md next to --out. The figure (pareto.png) and the "
+                             "headline snippet (headline.md) always go next to --out")
+    parser.add_argument("--headline", action="store_true",
+                        help="print only the headline snippet (headline.md, for README.md) at the end instead of "
+                             "the full table")
+    parser.add_argument("--models", default=",".join(WORKLOADS),
+                        help="comma-separated subset of: %(default)s (gpt2 needs transformers)")
     parser.add_argument("--inner", choices=("inductor", "aot_eager"), default=None,
                         help="compiler of the compiled rows and remat's inner compiler "
                              "(default: inductor; aot_eager with --quick)")
@@ -53,6 +64,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="timed steps per row (default: 10; 3 with --quick)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first, compile included (default: 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, inputs and the gradient check")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's choice). On shared VMs whose vCPUs are "
+                             "descheduled, 1 thread gives far steadier step times than the default")
+    parser.add_argument("--loss-outside", dest="compile_loss", action="store_false",
+                        help="compile the model alone and compute the loss eagerly on its output; by default "
+                             "model and loss compile as one graph, so the budget covers the whole forward")
     parser.add_argument("--no-fallback-random", dest="fallback_random", action="store_false",
                         help="let inductor draw its own random numbers (dropout masks then differ from eager's, "
                              "so every compiled row shows a gradient difference)")
@@ -66,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.inner = "aot_eager" if args.quick else "inductor"
     if args.steps is None:
         args.steps = 3 if args.quick else 10
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be at least 1")
     if args.steps < 1 or args.warmup < 1:
         parser.error("--steps and --warmup must be at least 1 (the first warm-up step compiles)")
     return args
@@ -79,8 +98,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]
     """Rows of every selected model (a failing row is recorded with its error), and each workload's description."""
     results, shapes = [], {}
     for name in args.models:
-        batch = BATCH[name][1 if args.quick else 0]
-        workload = WORKLOADS[name](batch, seed=args.seed)
+        factory, batches = WORKLOADS[name]
+        workload = factory(batches[1 if args.quick else 0], seed=args.seed)
         shapes[name] = workload.shape
         print(f"== {workload.shape}", flush=True)
         ref = rows.reference(workload, args.seed)
@@ -96,7 +115,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]
             print(f"   {spec.name} ...", end=" ", flush=True)
             try:
                 row = rows.measure_row(spec, workload, inner=args.inner, seed=args.seed, warmup=args.warmup,
-                                       steps=args.steps, ref=ref, fallback_random=args.fallback_random)
+                                       steps=args.steps, ref=ref, fallback_random=args.fallback_random,
+                                       compile_loss=args.compile_loss)
             except Exception as exc:  # one broken configuration must not cost the other rows
                 traceback.print_exc()
                 row = {"model": workload.name, "row": spec.name, "kind": spec.kind, "budget": spec.budget,
@@ -110,9 +130,10 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]
     return report.with_ratios(results), shapes
 
 
-def metadata(args: argparse.Namespace, shapes: dict[str, str]) -> dict[str, Any]:
+def metadata(args: argparse.Namespace, shapes: dict[str, str], argv: list[str]) -> dict[str, Any]:
     """Where and how the numbers were taken."""
     return {
+        "command": shlex.join(["python", "benchmarks/run.py", *argv]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -130,6 +151,7 @@ def metadata(args: argparse.Namespace, shapes: dict[str, str]) -> dict[str, Any]
         "steps": args.steps,
         "warmup": args.warmup,
         "fallback_random": args.fallback_random and args.inner == "inductor",
+        "loss_compiled": args.compile_loss,
         "workloads": shapes,
     }
 
@@ -153,12 +175,17 @@ def _git_commit() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     results, shapes = run(args)
-    md_path = report.write(args.out, results, metadata(args, shapes))
+    report_path = args.report or report.default_report_path(args.out)
+    md_path = report.write(args.out, results, metadata(args, shapes, argv), report_path)
     print()
-    print(md_path.read_text())
-    print(f"wrote {args.out} and {md_path}")
+    print((args.out.parent / "headline.md" if args.headline else md_path).read_text())
+    written = [args.out, md_path, args.out.parent / "headline.md", args.out.parent / "pareto.png", report_path]
+    print("wrote " + ", ".join(str(p) for p in written if p.exists()))
     return 1 if any("error" in r for r in results) else 0
 
 

@@ -17,7 +17,7 @@ from .problem import Problem
 
 MAX_STEPS = 96
 MIN_STEPS = 12
-NODE_STEPS = 200_000  # about steps × nodes simulated per walk
+NODE_STEPS = 150_000  # about steps × nodes simulated per walk
 
 
 def max_steps(problem: Problem) -> int:
