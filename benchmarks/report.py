@@ -234,12 +234,35 @@ def full_report(rows: list[dict[str, Any]], meta: dict[str, Any], json_path: Pat
             "are the black squares; the other rows are the markers named in each legend.",
             "",
         ]
+    lines += solver_section(meta.get("solvers") or {})
     lines += ["## Full tables", ""]
     for model, shape in meta["workloads"].items():
         lines += [f"### {model}", "", shape, "", *_table(FULL_COLUMNS,
                                                            [_full_cells(r) for r in rows if r["model"] == model]), ""]
     lines += [LEGEND, ""]
     return "\n".join(lines)
+
+
+def solver_section(solvers: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Solver comparison: each model planned by every solver under the same byte budget (`remat.compare_solvers`)."""
+    if not solvers:
+        return []
+    lines = ["## Solvers", "",
+             "Planning only (no training step): each solver plans the model's joint graph under the same byte budget "
+             "(the fraction resolved against the least peak solver `auto` reaches). Gap: recompute cost above the "
+             "optimal solver's, as a fraction of it.", ""]
+    cells = []
+    for model, records in solvers.items():
+        for r in records:
+            if "error" in r:
+                cells.append([model, str(r["fraction"]), "-", "error", r["error"], "", "", ""])
+                continue
+            gap = "misses the budget" if not r["feasible"] else "-" if r["gap"] is None else f"{r['gap']:+.1%}"
+            cells.append([model, str(r["fraction"]), _mib(r["budget_bytes"]), r["solver"], _mib(r["peak_bytes"]),
+                          f"{r['recompute_flops'] / 1e6:.0f}", f"{r['seconds']:.2f}", gap])
+    lines += _table(("model", "fraction", "budget MiB", "solver", "sim peak MiB", "recompute MFLOP", "planning s",
+                     "gap to optimal"), cells)
+    return lines + [""]
 
 
 def _command(meta: dict[str, Any]) -> str:

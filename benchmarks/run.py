@@ -130,6 +130,33 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]
     return report.with_ratios(results), shapes
 
 
+SOLVER_FRACTIONS = (0.5, 0.0)
+
+
+def solver_gaps(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """Each model planned by mincut, greedy and optimal under the same byte budgets (planning only, no training)."""
+    import remat
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name in args.models:
+        factory, batches = WORKLOADS[name]
+        workload = factory(batches[1 if args.quick else 0], seed=args.seed)
+        records = []
+        for fraction in SOLVER_FRACTIONS:
+            try:
+                comparison = remat.compare_solvers(lambda *a: workload.loss_fn(workload.model, *a), *workload.inputs,
+                                                   memory_budget=fraction, solver_time_limit=20.0)
+            except Exception as exc:  # a failing comparison is reported, not fatal
+                records.append({"fraction": fraction, "error": f"{type(exc).__name__}: {exc}"})
+                continue
+            for rec in comparison.to_records():
+                records.append({"fraction": fraction, "budget_bytes": comparison.budget_bytes, **rec})
+        out[name] = records
+        print(f"== solvers {name}: " + ", ".join(
+            f"{r['solver']}@{r['fraction']} gap {r.get('gap')}" for r in records if "solver" in r), flush=True)
+    return out
+
+
 def metadata(args: argparse.Namespace, shapes: dict[str, str], argv: list[str]) -> dict[str, Any]:
     """Where and how the numbers were taken."""
     return {
@@ -180,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     results, shapes = run(args)
+    meta = metadata(args, shapes, argv)
+    meta["solvers"] = solver_gaps(args)
     report_path = args.report or report.default_report_path(args.out)
-    md_path = report.write(args.out, results, metadata(args, shapes, argv), report_path)
+    md_path = report.write(args.out, results, meta, report_path)
     print()
     print((args.out.parent / "headline.md" if args.headline else md_path).read_text())
     written = [args.out, md_path, args.out.parent / "headline.md", args.out.parent / "pareto.png", report_path]
