@@ -14,7 +14,7 @@ import torch.fx as fx
 
 from . import _torch
 from .config import RematConfig
-from .pipeline import plan_joint
+from .pipeline import plan_joint, refuse_unavailable
 from .plan.plan import Plan
 from .rewrite.partition import partition
 
@@ -106,6 +106,7 @@ def remat_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ma
 def compile(model: Any, *, dynamic: bool | None = None, fullgraph: bool = False, **fields: Any):
     """`torch.compile(model, backend="remat", options=fields)` with the fields checked up front."""
     config = RematConfig(**fields)
+    refuse_unavailable(config)
     return torch.compile(model, backend=_Backend(config), dynamic=dynamic, fullgraph=fullgraph)
 
 

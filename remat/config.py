@@ -181,8 +181,9 @@ class RematConfig:
         _check_choice("solver", self.solver, _SOLVERS)
         _check_bool("strict", self.strict)
         _check_choice("inner", self.inner, _INNERS)
-        if not isinstance(self.offload, bool):
-            _check_choice("offload", self.offload, ("auto",))
+        if not isinstance(self.offload, bool) and self.offload != "auto":
+            kind = ValueError if isinstance(self.offload, str) else TypeError
+            raise kind(f"offload={self.offload!r}: expected True, False or \"auto\"")
         if parse_bytes(self.host_bandwidth, "host_bandwidth") <= 0:
             raise ValueError(f"host_bandwidth={self.host_bandwidth!r}: bytes per second must be > 0, e.g. \"12GB\"")
         self._check_partition()

@@ -40,3 +40,8 @@ def test_saved_and_recomputed_is_caught(planned):
 def test_roadmap_options_are_refused_not_ignored(option, value):
     with pytest.raises(ValueError, match=f"{option}={value!r}: .* not available yet"):
         remat.explain(CosMM(), cosmm_input(), **{option: value})
+
+
+def test_remat_compile_refuses_roadmap_options_when_built():
+    with pytest.raises(ValueError, match="offload=True: .* not available yet"):
+        remat.compile(CosMM(), offload=True)
