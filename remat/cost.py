@@ -14,7 +14,7 @@ import torch
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
 
-from .capture import Graph, returns_alias, sym_hint
+from .capture import Graph, Role, returns_alias, sym_hint
 
 FLOPS_PER_BYTE = 10
 
@@ -49,8 +49,10 @@ def node_cost(node: fx.Node, is_view: bool) -> int:
 
 
 def costs(joint: fx.GraphModule, graph: Graph) -> Mapping[str, int]:
-    """Per-node recompute cost, keyed by node name."""
+    """Recompute cost of every forward value, keyed by node name (0 for other nodes: only forward values are ever
+    recomputed)."""
     table = {}
     for node in joint.graph.nodes:
-        table[node.name] = node_cost(node, graph[node.name].is_view)
+        value = graph[node.name]
+        table[node.name] = node_cost(node, value.is_view) if value.role is Role.FORWARD else 0
     return types.MappingProxyType(table)

@@ -18,7 +18,7 @@ from .problem import Problem
 SOURCE, SINK = "<source>", "<sink>"
 PRICE_STEPS = tuple(2.0 ** k for k in range(-10, 11, 2))
 LARGE_GRAPH = 5000  # nodes; beyond it a coarser price grid keeps planning near a second
-LARGE_PRICE_STEPS = tuple(2.0 ** k for k in range(-9, 10, 3))
+LARGE_PRICE_STEPS = tuple(2.0 ** k for k in range(-8, 9, 4))
 
 
 def value_graph(problem: Problem) -> nx.DiGraph:
