@@ -134,3 +134,12 @@ def _replay(events: list[tuple[int, int, int]], excluded: set[int]) -> int:
         elif nbytes < 0 and address in live:
             total -= live.pop(address)
     return peak
+
+
+def training_peak(step: Callable[..., Any], leaves: Iterable[torch.Tensor], *args: Any) -> int:
+    """Measured peak of one training step `step(*args)` with the gradients of `leaves` (parameters, inputs that
+    require grad) set to None first and left out of the figure: activation memory as remat's budget counts it."""
+    leaves = list(leaves)
+    for t in leaves:
+        t.grad = None
+    return peak_memory(step, *args, exclude=lambda: [t.grad for t in leaves])

@@ -26,7 +26,7 @@ from torch import nn
 from .backend import compile as remat_compile
 from .config import RematConfig
 from .explain import capture_joints
-from .measure import peak_memory
+from .measure import training_peak
 from .pipeline import plan_joint
 
 __all__ = ["ParetoRow", "ParetoResult", "TorchPoint", "pareto", "torch_budget_points"]
@@ -236,8 +236,7 @@ def _measure(build: Callable[[Callable[..., Any]], Callable[..., Any]], model: C
 
     clear()
     step()  # compiles
-    clear()
-    peak = peak_memory(step, exclude=lambda: [t.grad for t in leaves])
+    peak = training_peak(step, leaves)
     times = []
     for _ in range(max(repeat, 1)):
         clear()

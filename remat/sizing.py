@@ -23,7 +23,7 @@ import torch
 
 from .config import RematConfig, parse_bytes
 from .explain import capture_joints
-from .measure import peak_memory
+from .measure import training_peak
 from .pipeline import plan_joint
 from .plan.plan import Plan
 from .plan.symbolic import symbolic_memory
@@ -248,8 +248,7 @@ def _measure(model, make_inputs, config: RematConfig, dims, hint: int, batches: 
                 args = _as_args(make_inputs(batch))
                 clear()
                 step(args)  # warm: the first call at a new size may set up guards and caches
-                clear()
-                peaks.append(peak_memory(step, args, exclude=lambda: [p.grad for p in params]))
+                peaks.append(training_peak(step, params, args))
     finally:
         torch._dynamo.reset()
         for p, g in zip(params, grads):

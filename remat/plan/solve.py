@@ -68,17 +68,13 @@ def make_plan(
         chosen = pick(heuristic_family(evaluator, solver), budget)
     if chosen.peak > budget:
         message = (
-            f"memory_budget: {_mib(budget)} cannot be met for this graph; the least peak solver={solver!r} can "
-            f"reach is {_mib(least)} ({least} bytes)"
+            f"memory_budget: {fmt_bytes(budget)} cannot be met for this graph; the least peak solver={solver!r} can "
+            f"reach is {fmt_bytes(least)} ({least} bytes)"
         )
         if strict:
             raise BudgetError(f"{message}; strict=True: raise the budget to at least {least} bytes")
         warnings.warn(f"{message}; using the plan with that peak", stacklevel=2)
     return _plan(problem, evaluator, chosen, baseline, budget, least, solver, gap)
-
-
-def _mib(b: int) -> str:
-    return f"{b / 2**20:.2f} MiB"
 
 
 def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, gap) -> Plan:
