@@ -60,3 +60,22 @@ def boxed_interpreter(gm: Any, _inputs: Any) -> Callable[..., Any]:
 
     run._boxed_call = True  # type: ignore[attr-defined]
     return run
+
+
+def storage_use_count(tensor: Any) -> int:
+    """How many tensors (views included) share `tensor`'s storage."""
+    import torch
+
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    if count is None:
+        raise TorchAPIError(f"remat needs torch._C._storage_Use_Count, which torch {torch.__version__} does not "
+                            "provide; remat supports torch 2.11 to 2.14")
+    storage = tensor.untyped_storage()
+    return count(storage._cdata) - 1  # minus the reference `storage` itself holds
+
+
+def rng_replay_ops() -> tuple[Any, Any]:
+    """torch's higher-order ops that run a random op recording the generator state before it, and re-run it from
+    a recorded state (leaving the generator as it was): (run_and_save_rng_state, run_with_rng_state)."""
+    return (_lookup("torch._prims.rng_prims", "run_and_save_rng_state"),
+            _lookup("torch._prims.rng_prims", "run_with_rng_state"))

@@ -1,0 +1,127 @@
+"""The remat:: ops the rewritten graphs call, registered with torch.library so every inner compiler takes them.
+
+- ``remat::offload(x)`` → a host copy of `x` (pinned, on a side stream, on CUDA; a plain copy on CPU);
+  ``remat::reload(host, device)`` → the device copy back. Strides are kept for dense tensors; other views (expanded,
+  overlapping) come back contiguous with the same values.
+- ``remat::shard(x, rank, world)`` → this rank's 1/world of `x` flattened (zero-padded to a multiple of world);
+  backward gathers the shards with torch's functional all_gather and views the result back.
+- ``remat::arena_store(x, key, offset, nbytes, num_slots)`` → `x` copied into its slot of the step's arena.
+- ``remat::mark_(anchor, profile_id, label, kind, nbytes, begin)`` → profile timestamps around recomputation; it
+  declares `anchor` mutated, which pins it between the producer and the consumers of `anchor`.
+
+Every op takes `profile_id` (-1: none) and `sync` (DeepSpeed's `synchronize`: wait for the device around the op).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import Tensor
+
+from . import buffers, profile, streams
+
+_LIB = "remat"
+
+
+def _timed(profile_id: int, kind: str, nbytes: int, sync: bool, device: torch.device, work):
+    if sync:
+        profile.synchronize(device)
+    record = profile.lookup(profile_id)
+    start = time.perf_counter() if record else 0.0
+    out = work()
+    if sync:
+        profile.synchronize(device)
+    if record:
+        record.add(kind, time.perf_counter() - start, nbytes)
+    return out
+
+
+@torch.library.custom_op(f"{_LIB}::offload", mutates_args=())
+def offload(x: Tensor, profile_id: int = -1, sync: bool = False) -> Tensor:
+    nbytes = x.numel() * x.element_size()
+
+    def work() -> Tensor:
+        if x.device.type == "cuda":
+            return streams.to_host(x)
+        host = torch.empty_like(x, device="cpu")
+        return host.copy_(x)
+
+    return _timed(profile_id, "offload", nbytes, sync, x.device, work)
+
+
+@offload.register_fake
+def _(x: Tensor, profile_id: int = -1, sync: bool = False) -> Tensor:
+    return torch.empty_like(x, device="cpu")
+
+
+@torch.library.custom_op(f"{_LIB}::reload", mutates_args=())
+def reload(host: Tensor, device: torch.device, profile_id: int = -1, sync: bool = False) -> Tensor:
+    nbytes = host.numel() * host.element_size()
+
+    def work() -> Tensor:
+        if device.type == "cuda":
+            return streams.to_device(host, device)
+        return torch.empty_like(host, device=device).copy_(host)
+
+    return _timed(profile_id, "reload", nbytes, sync, device, work)
+
+
+@reload.register_fake
+def _(host: Tensor, device: torch.device, profile_id: int = -1, sync: bool = False) -> Tensor:
+    return torch.empty_like(host, device=device)
+
+
+def shard_numel(numel: int, world: int) -> int:
+    """Elements each rank keeps of a value with `numel` elements."""
+    return -(-numel // world)
+
+
+@torch.library.custom_op(f"{_LIB}::shard", mutates_args=())
+def shard(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False) -> Tensor:
+    chunk = shard_numel(x.numel(), world)
+    flat = x.reshape(-1)
+    out = torch.zeros(chunk, dtype=x.dtype, device=x.device)
+    start = min(rank * chunk, flat.numel())
+    stop = min(start + chunk, flat.numel())
+    out[: stop - start].copy_(flat[start:stop])
+    return out
+
+
+@shard.register_fake
+def _(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False) -> Tensor:
+    return x.new_empty(shard_numel(x.numel(), world))
+
+
+@torch.library.custom_op(f"{_LIB}::arena_store", mutates_args=())
+def arena_store(x: Tensor, key: int, offset: int, nbytes: int, num_slots: int, profile_id: int = -1,
+                sync: bool = False) -> Tensor:
+    def work() -> Tensor:
+        arena = buffers.POOL.place(key, x.device, nbytes, num_slots)
+        size = x.numel() * x.element_size()
+        slot = arena[offset: offset + size].view(x.dtype).view(x.shape) if x.numel() else x.new_empty(x.shape)
+        return slot.copy_(x)
+
+    return _timed(profile_id, "pack", x.numel() * x.element_size(), sync, x.device, work)
+
+
+@arena_store.register_fake
+def _(x: Tensor, key: int, offset: int, nbytes: int, num_slots: int, profile_id: int = -1,
+      sync: bool = False) -> Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op(f"{_LIB}::mark_", mutates_args=("anchor",))
+def mark_(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: int, begin: bool) -> None:
+    record = profile.lookup(profile_id)
+    if record is None:
+        return
+    profile.synchronize(anchor.device)
+    if begin:
+        record.begin(label)
+    else:
+        record.end(label, kind, nbytes)
+
+
+@mark_.register_fake
+def _(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: int, begin: bool) -> None:
+    return None
