@@ -379,18 +379,26 @@ plan with `save_ops=["aten.addmm"]`:
 print(with_addmm.module_table(depth=4))
 '''),
     md('''
-## Dropout: masks are saved, never re-drawn
+## Dropout: replayed, not re-drawn
 
-Recomputing a dropout in backward would draw a new mask, and the gradients would be those of a different forward.
-remat marks every random op must-save, at any budget; the rows below are every random op's decision at budget 0.0,
-where everything else that can be recomputed is.
+Recomputing a dropout in backward with the global generator would draw a new mask, and the gradients would be those of
+a different forward. remat's default `rng="replay"` records the generator state before each random op it recomputes
+(5056 bytes on CPU, 16 on CUDA) and re-runs the op from that state in backward, so it draws the same mask; a random op
+whose output is smaller than that state is simply saved. `rng="save"` keeps every random op's outputs instead. The
+rows below are the dropout masks (bool tensors) at budget 0.0 under both settings, and the generator states replay
+keeps:
 '''),
     code('''
-random_rows = [r for r in least.to_records() if "random op" in r["reason"]]
-for r in random_rows:
-    print(f"{r['module_path']:<38} {r['node']:<12} {str(tuple(r['shape'])):<16} {r['dtype']:<8} {r['action']}")
-print(f"{len(random_rows)} random-op values, all saved: {all(r['action'] == 'save' for r in random_rows)}")
-print("reason:", random_rows[0]["reason"])
+kept = remat.explain(step, ids, memory_budget=0.0, rng="save")
+for name, p in (("replay", least), ("save", kept)):
+    masks = [d for d in p.decisions if d.dtype == "bool" and d.source_op == "aten.native_dropout.default"]
+    states = [d for d in p.decisions if d.op == "rng state"]
+    actions = sorted({d.action.value for d in masks})
+    print(f"rng={name!r:<9} {len(masks)} dropout masks -> {actions}; {len(states)} generator states kept "
+          f"({sum(d.nbytes for d in states)} bytes); saved {p.saved_bytes / 2**20:.3f} MiB, "
+          f"peak {p.peak_bytes / 2**20:.3f} MiB")
+print("reason:", next(d.reason for d in least.decisions
+                      if d.source_op == "aten.native_dropout.default" and d.action is remat.Action.RECOMPUTE))
 '''),
     md('''
 Now compile the step at budget 0.0 and run one training step from a fixed seed, next to the uncompiled model from
@@ -423,71 +431,104 @@ assert torch.equal(loss, eager_loss) and len(same) == len(eager_grads) and torch
 
 OFFLOAD = [
     md('''
-# Offload and partition (not available yet)
+# Offload, partition, contiguous arenas and profiling
 
-remat plans **save** or **recompute** for every activation today. Three more options are part of its configuration
-and validated, but their runtime is not in this version, so remat refuses them with a `ValueError` instead of
-silently ignoring them:
+Besides save and recompute, remat can keep a saved activation **in host memory** (`offload`), **split across the
+ranks of a process group** (`partition`), or **in one preallocated arena per graph** (`contiguous`). Each is a
+decision per value in the Plan, a pair of ops in the rewritten graph (`remat::offload` / `remat::reload`,
+`remat::shard` / all-gather, `remat::arena_store`), and part of the memory simulation the planner checks budgets with.
 
-- `offload=True` / `"auto"`: copy saved activations to pinned host memory during forward on a side CUDA stream and
-  copy them back ahead of their use in backward, overlapped with compute. The planner will price a copy with
-  `host_bandwidth` (bytes per second) and choose, per value, between keeping it, recomputing it and offloading it.
-- `partition="world"` (or a process group): shard saved activations across the ranks of a tensor-parallel group, as
-  DeepSpeed's `partition_activations` does, and all-gather them in backward.
-- `contiguous=True`: pack saved activations into one preallocated arena, against allocator fragmentation.
-
-Once they land, this notebook will show, on a CUDA device: the plan table with an `offload` action and its reason,
-the memory timeline with offload and reload regions shaded next to recomputation, the measured peak and step time
-against a save/recompute-only plan under the same budget, and gradients equal to eager; and, across ranks, the saved
-bytes per rank falling with the group size.
-
-Until then the cells below show, with real output, what happens today.
+This notebook runs on CPU. There the host *is* the device, so offloading frees nothing — the simulation counts the
+host copy, and `offload="auto"` never picks it. On a CUDA device the copies run on a side stream into pinned memory
+and the offloaded bytes leave the device peak. Everything else below is the same code path as on a GPU.
 '''),
     code('''
+import copy
+
 import torch
 
 import remat
+from remat.runtime import buffers
 from remat.zoo import MLP, make_mlp_batch
 
-model = MLP(width=256, depth=4)
-x = make_mlp_batch(256, batch=8)
+torch.manual_seed(0)
+model = MLP(width=512, depth=4)
+x = make_mlp_batch(512, batch=64)
+
+
+def train_step(module, seed=0):
+    for p in module.parameters():
+        p.grad = None
+    torch.manual_seed(seed)
+    loss = module(x).square().mean()
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in module.parameters()]
+
+
+eager_loss, eager_grads = train_step(copy.deepcopy(model))
 '''),
     md('''
-The options are accepted by `RematConfig` (so configurations written for the future parse today) and their values
-are checked:
+## Offload
+
+`offload=True` keeps every saved activation of at least 1 KiB on the host between forward and backward (a policy can
+answer `Action.OFFLOAD` for single values instead). The plan says so per value; the forward module holds one
+`remat::offload` per offloaded value and the backward one `remat::reload`, placed just before the value's first use:
 '''),
     code('''
-print(remat.RematConfig(offload=True, host_bandwidth="24GB"))
-try:
-    remat.RematConfig(offload="sometimes")
-except ValueError as error:
-    print(f"{type(error).__name__}: {error}")
+compiled = torch.compile(copy.deepcopy(model), backend="remat",
+                         options={"offload": True, "inner": "aot_eager", "profile": True})
+loss, grads = train_step(compiled)
+plan = remat.last_plan()
+print(plan.table(max_rows=6))
+forward, backward = remat.last_graphs()
+print("offload ops in forward:", forward.code.count("remat.offload.default("),
+      "| reload ops in backward:", backward.code.count("remat.reload.default("))
+print("loss and gradients equal to eager:",
+      torch.equal(loss, eager_loss) and all(torch.equal(a, b) for a, b in zip(grads, eager_grads)))
 '''),
     md('''
-Planning with any of them raises `ValueError`, naming the option and the value that works today:
+With `profile=True` every step records the bytes and seconds of offload, reload, recomputation and gathers
+(`remat.last_plan().profile`):
 '''),
     code('''
-for option in ({"offload": True}, {"offload": "auto"}, {"partition": "world"}, {"contiguous": True}):
-    try:
-        remat.explain(model, x, memory_budget=0.5, **option)
-    except ValueError as error:
-        print(f"{option}: {type(error).__name__}: {error}")
-    else:
-        print(f"{option}: planned (the option is available in this version)")
+for _ in range(2):
+    train_step(compiled)
+for i, record in enumerate(plan.profile.steps):
+    print(f"step {i}: offloaded {record.bytes['offload'] / 2**20:.2f} MiB in {record.seconds['offload'] * 1e3:.2f} ms, "
+          f"reloaded {record.bytes['reload'] / 2**20:.2f} MiB in {record.seconds['reload'] * 1e3:.2f} ms")
 '''),
     md('''
-Through `torch.compile` the backend runs at the first call, and dynamo wraps what it raises in its
-`BackendCompilerFailed`; remat's `ValueError` is its `inner_exception`:
+## Contiguous arenas
+
+`contiguous=True` copies the saved values of a step into one buffer per graph instead of one allocation each. The
+first step learns the size, the second allocates it, and from then on steps reuse it (a buffer still held by an
+earlier step's saved values is never handed out again until that step's backward has freed them):
 '''),
     code('''
-compiled = torch.compile(model, backend="remat", options={"offload": True, "inner": "aot_eager"})
-try:
-    compiled(x).sum().backward()
-except torch._dynamo.exc.BackendCompilerFailed as error:
-    inner = error.inner_exception
-    print(f"{type(error).__name__}, inner_exception {type(inner).__name__}: {inner}")
-finally:
-    torch._dynamo.reset()
+buffers.POOL.clear()
+compiled = torch.compile(copy.deepcopy(model), backend="remat",
+                         options={"contiguous": True, "memory_budget": 0.5, "inner": "aot_eager"})
+for i in range(4):
+    loss, grads = train_step(compiled)
+    print(f"after step {i}: {buffers.POOL.stats.allocations} arena allocated, reused {buffers.POOL.stats.reuses} times")
+print("gradients equal to eager:", all(torch.equal(a, b) for a, b in zip(grads, eager_grads)))
+'''),
+    md('''
+## Partition across ranks
+
+With `partition="world"` each rank keeps 1/world of every saved value and all-gathers it (torch's functional
+collectives) just before backward reads it. Every rank must take the same decisions, so at compile time the ranks
+compare their plans and a mismatch raises an error naming the first differing decision. Two gloo processes on this
+CPU (`notebooks/partition_worker.py`: the same model, `partition="world"`, one training step):
+'''),
+    code('''
+import subprocess
+import sys
+
+single = remat.explain(model, x)
+print(f"single process: saves {single.saved_bytes / 2**20:.2f} MiB")
+ranks = subprocess.run([sys.executable, "notebooks/partition_worker.py", "2"], capture_output=True, text=True, check=True)
+print(ranks.stdout.strip())
 '''),
 ]
 

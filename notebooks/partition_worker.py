@@ -1,0 +1,50 @@
+"""Two gloo ranks on this machine compile the notebook's MLP with partition="world" and run one training step.
+
+Run by 04_offload_and_partition.ipynb (python partition_worker.py); prints one line per rank.
+"""
+import copy
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import remat
+from remat.zoo import MLP, make_mlp_batch
+
+
+def train_step(module, x):
+    torch.manual_seed(0)
+    loss = module(x).square().mean()
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in module.parameters()]
+
+
+def rank_step(rank, world, port, queue):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model, x = MLP(width=512, depth=4), make_mlp_batch(512, batch=64)
+    eager_loss, eager_grads = train_step(copy.deepcopy(model), x)
+    compiled = torch.compile(copy.deepcopy(model), backend="remat",
+                             options={"partition": "world", "inner": "aot_eager"})
+    loss, grads = train_step(compiled, x)
+    plan = remat.last_plan()
+    same = torch.equal(loss, eager_loss) and all(torch.equal(a, b) for a, b in zip(grads, eager_grads))
+    queue.put((rank, f"rank {rank}: saves {plan.saved_bytes / 2**20:.2f} MiB ({len(plan.partitioned)} values "
+                     f"partitioned), plan {plan.fingerprint()}, gradients equal to eager: {same}"))
+    dist.destroy_process_group()
+
+
+def main(world: int = 2) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(rank_step, args=(world, port, queue), nprocs=world)
+    lines = sorted(queue.get() for _ in range(world))
+    print("\n".join(line for _, line in lines))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
