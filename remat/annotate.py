@@ -81,6 +81,7 @@ def annotate(
     costs: Mapping[str, int],
     save_targets: tuple[frozenset, frozenset] = (frozenset(), frozenset()),
     policy: Policy | None = None,
+    regions: bool = True,
 ) -> Constraints:
     """Constraints for every forward value of the joint graph. Pure."""
     nodes = {n.name: n for n in joint.graph.nodes}
@@ -118,6 +119,12 @@ def annotate(
                 must_recompute[value.name] = "policy: RECOMPUTE"
             elif answer is not None:
                 preference[value.name] = answer
+    if regions:  # checkpoint regions the model marked: fill in what no rule above decided
+        from .regions import checkpoint_regions
+
+        marked = checkpoint_regions(joint, graph)
+        for table, extra in ((must_save, marked.must_save), (must_recompute, marked.must_recompute)):
+            table.update((n, why) for n, why in extra.items() if n not in must_save and n not in must_recompute)
     # Multi-output producers that must be saved are kept through their outputs.
     for name in [n for n in must_save if n in must_recompute]:
         del must_save[name]

@@ -13,6 +13,7 @@ from .plan.check import check_plan
 from .plan.plan import Plan
 from .plan.problem import Problem, Resolved, build_problem
 from .plan.solve import make_plan
+from .regions import region_count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,10 +36,15 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig)
     refuse_unavailable(config)
     graph = capture(joint, num_fwd_outputs)
     table = costs(joint, graph)
-    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy)
+    # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.
+    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy,
+                           regions=config.memory_budget is None)
     problem = build_problem(graph, table, constraints)
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, config.solver_time_limit)
+    if config.memory_budget is not None and (count := region_count(joint)):
+        plan = dataclasses.replace(plan, notes=plan.notes + (
+            f"{count} checkpoint region(s) marked in the model were not imposed: memory_budget decides",))
     resolved = problem.resolve(plan.recomputed)
     if config.debug:
         check_plan(problem, resolved)

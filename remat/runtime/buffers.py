@@ -50,6 +50,26 @@ class ArenaPool:
             self.stats.allocations += 1
         return buffer
 
+    def reserve(self, device: torch.device, nbytes: int, count: int) -> None:
+        """Allocate up front so that at least `count` buffers of `nbytes` exist on `device` (a known number of
+        checkpoints per step: one contiguous allocation each, before the step fragments the allocator)."""
+        have = self._buffers.setdefault((device, nbytes), [])
+        for _ in range(count - len(have)):
+            have.append(torch.empty(nbytes, dtype=torch.uint8, device=device))
+            self.stats.allocations += 1
+
+    def trim(self, key: int | None = None) -> int:
+        """Drop every buffer no saved view uses (their memory goes back to the allocator) and forget the open step
+        of graph `key` (all open steps when None). Buffers still in use stay. Returns the number dropped."""
+        dropped = 0
+        for slot, held in self._buffers.items():
+            keep = [b for b in held if _in_use(b)]
+            dropped += len(held) - len(keep)
+            self._buffers[slot] = keep
+        for open_key in [k for k in self._open if key is None or k[0] == key]:
+            del self._open[open_key]
+        return dropped
+
     def buffers(self) -> int:
         return sum(len(b) for b in self._buffers.values())
 

@@ -92,6 +92,26 @@ def _(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False
     return x.new_empty(shard_numel(x.numel(), world))
 
 
+def gather_shards(chunk: Tensor, shape: torch.Size, world: int, group=None, profile_id: int = -1,
+                  sync: bool = False) -> Tensor:
+    """The value `remat::shard` split: every rank's chunk gathered over `group` (all ranks take part), unpadded and
+    viewed back to `shape`. The eager counterpart of the sharded value's backward."""
+    import torch.distributed as dist
+
+    numel = 1
+    for size in shape:
+        numel *= size
+
+    def work() -> Tensor:
+        if world == 1:
+            return chunk[:numel].view(shape)
+        parts = [torch.empty_like(chunk) for _ in range(world)]
+        dist.all_gather(parts, chunk.contiguous(), group=group)
+        return torch.cat(parts)[:numel].view(shape)
+
+    return _timed(profile_id, "gather", chunk.numel() * chunk.element_size() * world, sync, chunk.device, work)
+
+
 @torch.library.custom_op(f"{_LIB}::arena_store", mutates_args=())
 def arena_store(x: Tensor, key: int, offset: int, nbytes: int, num_slots: int, profile_id: int = -1,
                 sync: bool = False) -> Tensor:
