@@ -33,8 +33,8 @@ def _marks(joint: fx.GraphModule) -> dict[str, tuple[int, str]]:
     marks = {}
     for node in joint.graph.nodes:
         policy = node.meta.get("recompute")
-        if policy is None:
-            continue
+        if policy is None or node.meta.get("ac_graph_id") is None:
+            continue  # torch's partitioners tag inputs MUST_SAVE without a region; those are no region
         number = numbers.setdefault(node.meta.get("ac_graph_id"), len(numbers))
         marks[node.name] = (number, getattr(policy, "name", str(policy)))
     return marks
@@ -53,13 +53,13 @@ def checkpoint_regions(joint: fx.GraphModule, graph: Graph) -> Regions:
         if value.role is not Role.FORWARD or value.name not in marks:
             continue
         number, policy = marks[value.name]
-        if policy in _SAVE_POLICIES:
-            must_save[value.name] = f"checkpoint region {number}: save ({value.op} is a save op)"
-            continue
         outside = [u for u in value.users if graph[u].role in (Role.FORWARD, Role.OUTPUT)
                    and marks.get(u, (None,))[0] != number]
         if not outside:
-            must_recompute[value.name] = f"checkpoint region {number}: recompute"
+            if policy in _SAVE_POLICIES:
+                must_save[value.name] = f"checkpoint region {number}: save ({value.op} is a save op)"
+            else:
+                must_recompute[value.name] = f"checkpoint region {number}: recompute"
             continue
         reader = marks.get(outside[0])
         where = f"region {reader[0]}" if reader else "outside the region"

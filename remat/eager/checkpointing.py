@@ -151,7 +151,7 @@ def checkpoint(function: Callable[..., Any], *args: Any) -> Any:
     if not callable(function):
         raise TypeError(f"checkpoint(function={function!r}): expected a callable (a module or a function)")
     if torch.compiler.is_compiling():  # the compiled region is planned by remat; the keep-options are eager's
-        return region.run(function, args, {}, region.RegionOptions(), "remat.checkpointing.checkpoint")
+        return region.run(function, args, {}, region.DEFAULT, "remat.checkpointing.checkpoint")
     s = _settings or Settings()
     if _profile is not None and (not _profile.steps or _profile.steps[-1].calls["recompute"]):
         _profile.new_step()  # the first checkpoint after a backward starts a step

@@ -36,6 +36,15 @@ class RegionOptions:
     save_ops: frozenset = frozenset()  # ops (overloads or packets) whose outputs are saved, not recomputed
 
 
+DEFAULT = RegionOptions()
+NO_RNG_REPLAY = RegionOptions(preserve_rng_state=False)
+
+
+def plain(preserve_rng_state: bool) -> RegionOptions:
+    """Options of a plain region, picked rather than built (torch.compile traces this without constructing)."""
+    return DEFAULT if preserve_rng_state else NO_RNG_REPLAY
+
+
 _LIVE: "weakref.WeakSet[Region]" = weakref.WeakSet()
 
 
@@ -44,7 +53,7 @@ def live_regions() -> list["Region"]:
     return list(_LIVE)
 
 
-def run(fn: Callable[..., Any], args: tuple, kwargs: dict, options: RegionOptions = RegionOptions(),
+def run(fn: Callable[..., Any], args: tuple, kwargs: dict, options: RegionOptions = DEFAULT,
         where: str = "remat.checkpoint", reserve: int | None = None) -> Any:
     """`fn(*args, **kwargs)` as a checkpointed region. `reserve`: arenas to allocate up front (contiguous)."""
     if torch.compiler.is_compiling():
@@ -120,8 +129,14 @@ class Region:
         devices = {t.device for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
         _sync(o.stash.sync, devices)
         found: list[torch.Tensor] = []
+        # Higher-order gradients (create_graph=True) differentiate through the recomputation, so its tensors keep
+        # their history; otherwise detached values suffice, and avoid the reference cycle an output saved with its
+        # own grad_fn would make.
+        higher = torch.is_grad_enabled()
 
         def keep(tensor: torch.Tensor) -> torch.Tensor:
+            if not higher:
+                tensor = tensor.detach()
             found.append(tensor)
             return tensor
 

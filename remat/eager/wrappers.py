@@ -45,8 +45,7 @@ def checkpoint(module_or_fn: Callable[..., Any], *args: Any, preserve_rng_state:
     """`module_or_fn(*args, **kwargs)` as one checkpointed region (smp.checkpoint)."""
     if not callable(module_or_fn):
         raise TypeError(f"checkpoint(module_or_fn={module_or_fn!r}): expected an nn.Module or a callable")
-    return region.run(module_or_fn, args, kwargs, RegionOptions(preserve_rng_state=preserve_rng_state),
-                      "remat.checkpoint")
+    return region.run(module_or_fn, args, kwargs, region.plain(preserve_rng_state), "remat.checkpoint")
 
 
 def checkpoint_sequential(sequential: nn.Sequential, input: Any, strategy: str = "each",
@@ -60,7 +59,7 @@ def checkpoint_sequential(sequential: nn.Sequential, input: Any, strategy: str =
     children = list(sequential)
     size = group_size(strategy, len(children))
     args = _as_args(input, pack_args_as_tuple)
-    options = RegionOptions(preserve_rng_state=preserve_rng_state)
+    options = region.plain(preserve_rng_state)
     out = input
     for start in range(0, len(children), size):
         run_group = functools.partial(_run_children, tuple(children[start:start + size]), pack_args_as_tuple)
@@ -113,8 +112,7 @@ def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = T
             return checkpoint_sequential(seq, input, strategy, preserve_rng_state, pack_args_as_tuple)
 
         return _patch(module, forward)
-    return _patch(module, _region_forward(RegionOptions(preserve_rng_state=preserve_rng_state),
-                                          "remat.set_activation_checkpointing"))
+    return _patch(module, _region_forward(region.plain(preserve_rng_state), "remat.set_activation_checkpointing"))
 
 
 def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False) -> nn.Module:
