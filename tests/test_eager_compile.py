@@ -175,3 +175,17 @@ def test_gpt_with_dropout_compiled_gradients_equal(variant, ac_freq, regions):
     assert_bitwise(results[1], results[0])
     reasons = {r.split(":")[0] for r in _region_reasons(remat.last_plan())}
     assert reasons == {f"checkpoint region {i}" for i in range(regions)}
+
+
+@pytest.mark.inductor
+def test_regions_under_inductor():
+    x = torch.randn(8, 32)
+    want = _train_step(Net(), x)
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(Net("checkpoint"), backend="remat", fullgraph=True)
+    got = _train_step(compiled, x)
+    assert not torch._dynamo.utils.counters["graph_break"]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert sorted({r for r in _region_reasons(remat.last_plan()) if r.endswith(": recompute")}) == [
+        f"checkpoint region {i}: recompute" for i in range(3)]

@@ -147,6 +147,15 @@ def test_variant_enum_names(variant):
     assert [i for i, m in enumerate(model.layers) if "forward" in m.__dict__] == expected
 
 
+def test_save_ops_accepts_names_ops_and_modalities_keys():
+    from remat.eager.wrappers import _save_set
+
+    mm = torch.ops.aten.mm.default
+    assert _save_set(["aten.mm.default"]) == _save_set(["ops.aten.mm.default"]) == _save_set([mm]) == (
+        "aten.mm.default",)
+    assert _save_set("aten.addmm") == ("aten.addmm",)
+
+
 def _sequential(n=10, log=None):
     torch.manual_seed(0)
     return nn.Sequential(*(Counted(log=log, index=i) for i in range(n)))
@@ -440,3 +449,28 @@ def test_input_modified_in_place_after_forward_is_an_error():
         h.add_(1)
     with pytest.raises(RuntimeError, match="modified in place"):
         out.sum().backward()
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_wrapped_module_copies_and_pickles_with_its_wrapping(monkeypatch, tmp_path, how):
+    import copy
+
+    model = nn.Sequential(Counted(), Counted())
+    remat.checkpoint_wrapper(model[0], offload_to_cpu=True)
+    remat.set_activation_checkpointing(model, strategy="contiguous")
+    if how == "deepcopy":
+        clone = copy.deepcopy(model)
+    else:
+        torch.save(model, tmp_path / "m.pt")
+        clone = torch.load(tmp_path / "m.pt", weights_only=False)
+    with torch.no_grad():
+        clone[0].lin.weight.add_(1.0)  # the clone's forward must use the clone's weights
+    x = torch.randn(2, 8, requires_grad=True)
+    runs = recompute_log(monkeypatch)
+    out = clone(x)
+    fresh = torch.tanh(clone[1].lin(torch.tanh(clone[0].lin(x))))
+    assert torch.equal(out, fresh)
+    out.sum().backward()
+    assert len(runs) == 2  # the contiguous region and the nested wrapped child's region
+    assert clone[0].forward.spec.offload and clone.forward.spec.strategy == "contiguous"
+    assert model[0].calls == 0

@@ -8,7 +8,8 @@ outputs and keyword arguments pass through untouched, and higher-order gradients
 a graph whenever backward does).
 
 Inside torch.compile the region becomes torch.utils.checkpoint's non-reentrant region, which dynamo traces without
-a graph break and which marks its nodes for remat's planner (see remat.regions).
+a graph break and which marks its nodes for remat's planner (see remat.regions). How the inputs are kept (offload,
+partition, contiguous) is then the compiled plan's business; those options apply to eager regions.
 """
 from __future__ import annotations
 
@@ -87,7 +88,6 @@ class Region:
         self.packed = 0
         self.shapes: list[tuple] = []  # (shape, dtype) of each saved tensor, to check the recomputation
         self.recomputed: dict[int, torch.Tensor] = {}
-        self.recomputations = 0
         self.stash: Stash | None = None
         self.rng: rng.Snapshot | None = None
         self.autocast: tuple = ()
@@ -153,7 +153,6 @@ class Region:
         _sync(o.stash.sync, devices)
         self._check(found)
         self.recomputed = dict(enumerate(found))
-        self.recomputations += 1
         if record is not None:
             record.add("recompute", time.perf_counter() - start, sum(t.numel() * t.element_size() for t in found))
 

@@ -99,7 +99,7 @@ class Stash:
                 if leaf.sharded:
                     p = o.partition
                     x = gather_shards(x, leaf.shape, p.world, p.group, o.profile_id, o.sync)
-                elif x.shape != leaf.shape:
+                else:  # a fresh view: the kept tensor itself is never handed out
                     x = x.view(leaf.shape)
             leaves[i] = x.requires_grad_(leaf.requires_grad)
         return tree_unflatten(leaves, self.spec)

@@ -11,6 +11,8 @@ inside torch.compile.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import enum
 import functools
 import re
@@ -107,12 +109,9 @@ def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = T
             set_activation_checkpointing(layer, preserve_rng_state, pack_args_as_tuple, strategy)
         return module
     group_size(strategy, 1)
-    if isinstance(module, nn.Sequential):
-        def forward(seq: nn.Module, _original: Any, input: Any) -> Any:
-            return checkpoint_sequential(seq, input, strategy, preserve_rng_state, pack_args_as_tuple)
-
-        return _patch(module, forward)
-    return _patch(module, _region_forward(region.plain(preserve_rng_state), "remat.set_activation_checkpointing"))
+    sequential = isinstance(module, nn.Sequential)
+    return _patch(module, Spec("remat.set_activation_checkpointing", preserve_rng_state,
+                               strategy=strategy if sequential else None, pack_args_as_tuple=pack_args_as_tuple))
 
 
 def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False) -> nn.Module:
@@ -123,8 +122,7 @@ def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False) -> nn.Mo
         raise TypeError(f"checkpoint_wrapper(module={module!r}): expected an nn.Module")
     if not isinstance(offload_to_cpu, bool):
         raise TypeError(f"offload_to_cpu={offload_to_cpu!r}: expected True or False")
-    options = RegionOptions(stash=StashOptions(offload=offload_to_cpu))
-    return _patch(module, _region_forward(options, "remat.checkpoint_wrapper"))
+    return _patch(module, Spec("remat.checkpoint_wrapper", offload=offload_to_cpu))
 
 
 def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum, layers_fqn: str,
@@ -145,13 +143,12 @@ def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum, l
         raise ValueError(f"ac_freq={ac_freq!r}: expected a positive int (checkpoint every ac_freq-th layer)")
     if kind == "selective_layer" and ac_freq is None:
         raise ValueError("ac_freq=None: variant 'selective_layer' needs ac_freq, a positive int")
-    options = RegionOptions()
-    if kind == "selective_op":
-        options = RegionOptions(save_ops=_save_set(DEFAULT_SAVE_OPS if save_ops is None else save_ops))
+    saved = _save_set(DEFAULT_SAVE_OPS if save_ops is None else save_ops) if kind == "selective_op" else ()
+    spec = Spec(f"remat.apply_activation_checkpointing({kind})", save_ops=saved)
     for index, layer in enumerate(layers):
         if kind == "selective_layer" and (index + 1) % ac_freq:
             continue
-        _patch(layer, _region_forward(options, f"remat.apply_activation_checkpointing({kind})"))
+        _patch(layer, spec)
     return model
 
 
@@ -166,41 +163,68 @@ def _variant(variant: str | enum.Enum) -> str:
     return _VARIANTS[key]
 
 
-def _save_set(save_ops: Iterable[Any]) -> frozenset:
+def _save_set(save_ops: Iterable[Any]) -> tuple[str, ...]:
+    """The save ops as checked, sorted op names."""
     if isinstance(save_ops, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         save_ops = [save_ops]
     entries = list(save_ops)
     if not entries:
         raise ValueError("save_ops=[]: an empty save set recomputes everything, which is variant 'full'; pass op "
                          "names such as ['aten.mm'], or None for the default set")
-    ops = set()
+    names = set()
     for entry in entries:
+        if isinstance(entry, str) and entry.startswith("ops."):
+            entry = entry[len("ops."):]  # modalities' save_ops_keys: "ops.aten.mm.default"
         try:
-            ops.add(resolve_op(entry))
+            names.add(str(resolve_op(entry)))
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"save_ops: {exc}") from None
-    return frozenset(ops)
+    return tuple(sorted(names))
 
 
-def _region_forward(options: RegionOptions, where: str) -> Callable[..., Any]:
-    def forward(module: nn.Module, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return region.run(original, args, kwargs, options, where)
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """How a wrapped module's forward is checkpointed: plain data, so the wrapping copies and pickles."""
 
-    return forward
+    where: str  # the API that wrapped it, for messages
+    preserve_rng_state: bool = True
+    offload: bool = False
+    save_ops: tuple[str, ...] = ()  # op names ("aten.mm.default") whose outputs are saved
+    strategy: str | None = None  # an nn.Sequential run by checkpoint_sequential with this strategy
+    pack_args_as_tuple: bool = False
 
 
-def _patch(module: nn.Module, body: Callable[..., Any]) -> nn.Module:
-    """Make `body(module, original_forward, *args, **kwargs)` the module's forward. The instance holds only a weak
-    reference to itself; wrapping twice replaces the first wrapping."""
+class CheckpointedForward:
+    """A module's forward, checkpointed; set as the instance's `forward`. It refers to its module weakly (no
+    cycle), is copied with it by copy.deepcopy (the copy runs the copied module) and pickles with it."""
+
+    def __init__(self, module: nn.Module, spec: Spec, inner: Callable[..., Any] | None = None):
+        self._module = weakref.ref(module)
+        self.spec = spec
+        self.inner = inner  # a forward set on the instance before remat's, if any
+        self.options = RegionOptions(
+            preserve_rng_state=spec.preserve_rng_state, stash=StashOptions(offload=spec.offload),
+            save_ops=frozenset(resolve_op(name) for name in spec.save_ops))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module, s = self._module(), self.spec
+        if s.strategy is not None:
+            return checkpoint_sequential(module, *args, strategy=s.strategy, preserve_rng_state=s.preserve_rng_state,
+                                         pack_args_as_tuple=s.pack_args_as_tuple)
+        original = self.inner if self.inner is not None else functools.partial(type(module).forward, module)
+        return region.run(original, args, kwargs, self.options, s.where)
+
+    def __deepcopy__(self, memo: dict) -> "CheckpointedForward":
+        module = self._module()
+        return CheckpointedForward(memo.get(id(module), module), self.spec, copy.deepcopy(self.inner, memo))
+
+    def __reduce__(self):
+        return CheckpointedForward, (self._module(), self.spec, self.inner)
+
+
+def _patch(module: nn.Module, spec: Spec) -> nn.Module:
+    """Checkpoint `module`'s forward as `spec` says; wrapping twice replaces the first wrapping."""
     existing = module.__dict__.get("forward")
-    inner = getattr(existing, "__remat_inner__", existing)  # a forward set on the instance before remat's
-    ref = weakref.ref(module)
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        owner = ref()
-        original = inner if inner is not None else functools.partial(type(owner).forward, owner)
-        return body(owner, original, *args, **kwargs)
-
-    forward.__remat_inner__ = inner  # type: ignore[attr-defined]
-    module.forward = forward
+    inner = existing.inner if isinstance(existing, CheckpointedForward) else existing
+    module.forward = CheckpointedForward(module, spec, inner)
     return module
