@@ -106,7 +106,9 @@ def gather_shards(chunk: Tensor, shape: torch.Size, world: int, group=None, prof
         if world == 1:
             return chunk[:numel].view(shape)
         parts = [torch.empty_like(chunk) for _ in range(world)]
-        dist.all_gather(parts, chunk.contiguous(), group=group)
+        # A private copy: the process group may hold its input after the call returns (gloo drops it from its own
+        # thread), which would keep a contiguous arena slot in use into the next step.
+        dist.all_gather(parts, chunk.clone(), group=group)
         return torch.cat(parts)[:numel].view(shape)
 
     return _timed(profile_id, "gather", chunk.numel() * chunk.element_size() * world, sync, chunk.device, work)
