@@ -3,7 +3,7 @@
     torch.compile(model, backend="remat", options={"memory_budget": "6GiB"})
 """
 from .annotate import Action, NodeInfo
-from .backend import compile, last_plan, recent_plans, remat_backend
+from .backend import compile, last_graphs, last_plan, recent_plans, remat_backend
 from .compare import SolverComparison, compare_solvers
 from . import checkpointing
 from .eager.wrappers import (apply_activation_checkpointing, checkpoint, checkpoint_sequential, checkpoint_wrapper,
@@ -19,7 +19,7 @@ from .sizing import BatchFit, max_batch
 
 __all__ = [
     "Action", "BatchFit", "Baseline", "BudgetError", "Decision", "NodeInfo", "ParetoResult", "Plan", "RematConfig",
-    "SolverComparison", "compare_solvers", "compile", "explain", "last_plan", "max_batch", "pareto", "peak_memory",
+    "SolverComparison", "compare_solvers", "compile", "explain", "last_graphs", "last_plan", "max_batch", "pareto", "peak_memory",
     "plot_pareto", "plot_timeline", "recent_plans", "remat_backend", "torch_budget_points",
 ]
 

@@ -79,3 +79,9 @@ def rng_replay_ops() -> tuple[Any, Any]:
     a recorded state (leaving the generator as it was): (run_and_save_rng_state, run_with_rng_state)."""
     return (_lookup("torch._prims.rng_prims", "run_and_save_rng_state"),
             _lookup("torch._prims.rng_prims", "run_with_rng_state"))
+
+
+def outside_fake_mode() -> Any:
+    """A context in which tensors are real again while a compile runs under fake tensors (for collectives at
+    compile time)."""
+    return _lookup("torch._subclasses.fake_tensor", "unset_fake_temporarily")()

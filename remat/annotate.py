@@ -23,6 +23,8 @@ class Action(enum.Enum):
     RECOMPUTE = "recompute"
     PREFER_SAVE = "prefer_save"
     PREFER_RECOMPUTE = "prefer_recompute"
+    OFFLOAD = "offload"  # save it in host memory between forward and backward
+    PARTITION = "partition"  # save 1/world of it on each rank, gathered before backward uses it
 
 
 # A soft preference scales the value's recompute cost as the solvers see it.
@@ -51,12 +53,22 @@ class Constraints:
     must_save: Mapping[str, str]  # name → reason
     must_recompute: Mapping[str, str]  # name → reason
     preference: Mapping[str, Action]  # name → PREFER_SAVE / PREFER_RECOMPUTE
+    # Random ops recomputation may replay: name → bytes of the generator state saved to replay it.
+    replay: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    must_offload: Mapping[str, str] = dataclasses.field(default_factory=dict)  # name → reason (policy OFFLOAD)
 
 
-def _graph_rule(value: Value, graph: Graph, must_save: dict[str, str]) -> str | None:
+def _graph_rule(value: Value, graph: Graph, must_save: dict[str, str], rng: str) -> str | None:
     """Why a forward value can never be recomputed, or None."""
-    if "nondeterministic_seeded" in value.tags:
+    if "seeded_random" in value.tags and rng == "save":
+        return f"random op {value.op}: rng=\"save\" keeps the outputs of random ops"
+    if "nondeterministic_seeded" in value.tags and not _replayable(value, graph, rng):
+        if rng == "save":
+            return f"random op {value.op}: rng=\"save\" keeps the outputs of random ops"
         return f"random op {value.op}: recomputing it would draw new numbers"
+    if "nondeterministic_seeded" in value.tags and _output_bytes(value, graph) <= rng_state_bytes(value.device):
+        return (f"random op {value.op}: its output ({_output_bytes(value, graph)} bytes) is no larger than the "
+                f"generator state replaying it would keep ({rng_state_bytes(value.device)} bytes)")
     if "collective" in value.tags:
         return f"collective {value.op}: re-running it would communicate again"
     if "mutable" in value.tags:
@@ -66,6 +78,29 @@ def _graph_rule(value: Value, graph: Graph, must_save: dict[str, str]) -> str | 
     if value.op == "getitem" and value.inputs and value.inputs[0] in must_save:
         return f"output of {value.inputs[0]}: " + must_save[value.inputs[0]]
     return None
+
+
+def _replayable(value: Value, graph: Graph, rng: str) -> bool:
+    """A random op backward may re-run from the generator state saved before it: an aten op on CPU or CUDA that
+    the forward runs anyway (its draw must happen in forward, as in the uncompiled step)."""
+    return (rng == "replay" and value.op.startswith("aten.") and value.device in RNG_DEVICES
+            and value.name in graph.forward_required)
+
+
+def _output_bytes(value: Value, graph: Graph) -> int:
+    if not value.is_multi:
+        return value.nbytes
+    return sum(graph[u].nbytes for u in value.users if graph[u].op == "getitem")
+
+
+# Bytes of the generator state a replay keeps: the CPU generator's full state; CUDA's seed and offset.
+RNG_DEVICES = ("cpu", "cuda")
+
+
+def rng_state_bytes(device: str) -> int:
+    import torch
+
+    return torch.get_rng_state().numel() if device == "cpu" else 16
 
 
 def _matches(target: object, save_targets: tuple[frozenset, frozenset]) -> bool:
@@ -81,6 +116,7 @@ def annotate(
     costs: Mapping[str, int],
     save_targets: tuple[frozenset, frozenset] = (frozenset(), frozenset()),
     policy: Policy | None = None,
+    rng: str = "replay",
     regions: bool = True,
 ) -> Constraints:
     """Constraints for every forward value of the joint graph. Pure."""
@@ -88,10 +124,14 @@ def annotate(
     must_save: dict[str, str] = {}
     must_recompute: dict[str, str] = {}
     preference: dict[str, Action] = {}
+    replay: dict[str, int] = {}
+    must_offload: dict[str, str] = {}
     for value in graph.values:
         if value.role is not Role.FORWARD:
             continue
-        rule = _graph_rule(value, graph, must_save)
+        rule = _graph_rule(value, graph, must_save, rng)
+        if rule is None and "nondeterministic_seeded" in value.tags:
+            replay[value.name] = rng_state_bytes(value.device)
         if value.is_multi:
             # A tuple has no memory of its own; its getitems carry the tensors and are what gets saved.
             must_recompute[value.name] = "multi-output op: its getitem outputs are saved or recomputed"
@@ -117,6 +157,11 @@ def annotate(
                 must_save[value.name] = "policy: SAVE"
             elif answer is Action.RECOMPUTE:
                 must_recompute[value.name] = "policy: RECOMPUTE"
+            elif answer is Action.OFFLOAD:
+                must_save[value.name] = must_offload[value.name] = "policy: OFFLOAD"
+            elif answer is Action.PARTITION:
+                raise ValueError(f"policy returned Action.PARTITION for node {value.name} ({value.op}); "
+                                 "partitioning is chosen with the partition= option, not per node")
             elif answer is not None:
                 preference[value.name] = answer
     if regions:  # checkpoint regions the model marked: fill in what no rule above decided
@@ -132,6 +177,8 @@ def annotate(
         types.MappingProxyType(must_save),
         types.MappingProxyType(must_recompute),
         types.MappingProxyType(preference),
+        types.MappingProxyType(replay),
+        types.MappingProxyType(must_offload),
     )
 
 
@@ -142,6 +189,6 @@ def _ask(policy: Policy, value: Value, target: object, costs: Mapping[str, int])
     if answer is not None and not isinstance(answer, Action):
         raise TypeError(
             f"policy returned {answer!r} for node {value.name} ({value.op}); a policy must return "
-            "remat.Action.SAVE, RECOMPUTE, PREFER_SAVE, PREFER_RECOMPUTE or None"
+            "remat.Action.SAVE, RECOMPUTE, PREFER_SAVE, PREFER_RECOMPUTE, OFFLOAD or None"
         )
     return answer

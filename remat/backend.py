@@ -7,6 +7,8 @@ run first; on a torch without that hook remat drives aot_autograd itself with in
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -14,11 +16,16 @@ import torch.fx as fx
 
 from . import _torch
 from .config import RematConfig
-from .pipeline import plan_joint, refuse_unavailable
+from .pipeline import partition_group, plan_joint
+from .plan.agree import check_ranks_agree
+from .rewrite.transfer import Runtime
+from .runtime.profile import Profile
 from .plan.plan import Plan
 from .rewrite.partition import partition
 
 _plans: list[Plan] = []
+_graphs: list[tuple[fx.GraphModule, fx.GraphModule]] = []
+_arena_keys = itertools.count()  # one arena key per compiled graph
 
 
 def last_plan() -> Plan:
@@ -31,6 +38,14 @@ def last_plan() -> Plan:
 def recent_plans() -> tuple[Plan, ...]:
     """The Plans of the graphs compiled most recently, oldest first (at most 64 are kept)."""
     return tuple(_plans)
+
+
+def last_graphs() -> tuple[fx.GraphModule, fx.GraphModule]:
+    """The (forward, backward) modules remat built for the most recent graph, before the inner compiler: read
+    `.code` to see every save, recompute, offload/reload, shard/gather and arena store."""
+    if not _graphs:
+        raise RuntimeError("remat.last_graphs(): nothing has been compiled with remat yet; call the compiled model once")
+    return _graphs[-1]
 
 
 def _record(plan: Plan) -> None:
@@ -46,9 +61,27 @@ class Partitioner:
 
     def __call__(self, joint: fx.GraphModule, joint_inputs: Sequence[Any], *, num_fwd_outputs: int,
                  static_lifetime_input_indices: Sequence[int] | None = None, **_: Any):
-        planned = plan_joint(joint, num_fwd_outputs, self.config)
-        _record(planned.plan)
-        return partition(joint, planned.problem, planned.resolved, num_fwd_outputs, static_lifetime_input_indices)
+        config = self.config
+        planned = plan_joint(joint, num_fwd_outputs, config)
+        plan = planned.plan
+        group = partition_group(config)
+        if group is not None:
+            check_ranks_agree(plan, group)
+        profile = Profile() if config.profile else None
+        if profile is not None:
+            plan = dataclasses.replace(plan, profile=profile)
+        _record(plan)
+        runtime = Runtime(
+            group_name=group.group_name if group is not None else "",
+            contiguous_key=next(_arena_keys) if config.contiguous else -1,
+            profile_id=profile.id if profile is not None else -1,
+            sync=config.synchronize,
+        )
+        fw, bw = partition(joint, planned.problem, planned.resolved, num_fwd_outputs, static_lifetime_input_indices,
+                           runtime)
+        _graphs.append((fw, bw))
+        del _graphs[:-8]
+        return fw, bw
 
 
 _HookBase = _torch.custom_partitioner_base() or object
@@ -106,7 +139,7 @@ def remat_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ma
 def compile(model: Any, *, dynamic: bool | None = None, fullgraph: bool = False, **fields: Any):
     """`torch.compile(model, backend="remat", options=fields)` with the fields checked up front."""
     config = RematConfig(**fields)
-    refuse_unavailable(config)
+    partition_group(config)  # fail now, not at the first call, when partition has no process group
     return torch.compile(model, backend=_Backend(config), dynamic=dynamic, fullgraph=fullgraph)
 
 

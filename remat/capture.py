@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import operator
 import re
 from typing import Any, Mapping
@@ -45,6 +46,7 @@ class Value:
     dtype: str
     module_path: str  # "blocks.3.attn" from the node's module stack, "" if unknown
     tags: frozenset[str]  # torch.Tag names of the op, plus remat's own markers
+    device: str = ""  # device type of the (first) tensor it returns: "cpu", "cuda"; "" if none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +62,18 @@ class Graph:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {v.name: v for v in self.values})
+
+    @functools.cached_property
+    def forward_required(self) -> frozenset[str]:
+        """Forward values the user-visible forward outputs depend on."""
+        seen: set[str] = set()
+        stack = [n for n in self.fw_outputs if self[n].role is Role.FORWARD]
+        while stack:
+            name = stack.pop()
+            if name not in seen:
+                seen.add(name)
+                stack.extend(i for i in self[name].inputs if self[i].role is Role.FORWARD)
+        return frozenset(seen)
 
     def __getitem__(self, name: str) -> Value:
         return self.by_name[name]
@@ -108,8 +122,10 @@ def _tags(node: fx.Node) -> frozenset[str]:
             names.add("mutable")
         if target.namespace in ("_c10d_functional", "c10d_functional", "_dtensor"):
             names.add("collective")
-        if target.namespace == "prims" and target.name().split("::")[-1].startswith(("inductor_random", "inductor_seed")):
-            names.add("nondeterministic_seeded")
+        name = target.name().split("::")[-1]
+        # inductor's random ops draw from the seeds tensor `inductor_seeds` made: deterministic given that input.
+        if target.namespace == "prims" and name.startswith(("inductor_random", "inductor_randint")):
+            names.add("seeded_random")
     return frozenset(sorted(names))
 
 
@@ -216,12 +232,18 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int) -> Graph:
             dtype=str(val.dtype).replace("torch.", "") if is_tensor else "",
             module_path=_module_path(node),
             tags=tags[node.target] if node.target in tags else tags.setdefault(node.target, _tags(node)),
+            device=_device(val),
         ))
 
     out_args = [a for a in _flat_outputs(nodes[-1])]
     fw_out = tuple(a.name for a in out_args[:num_fwd_outputs] if isinstance(a, fx.Node))
     bw_out = tuple(a.name for a in out_args[num_fwd_outputs:] if isinstance(a, fx.Node))
     return Graph(tuple(values), num_fwd_outputs, fw_out, bw_out, tuple(sorted(symbols)))
+
+
+def _device(val: Any) -> str:
+    first = val[0] if isinstance(val, (tuple, list)) and val else val
+    return first.device.type if isinstance(first, torch.Tensor) else ""
 
 
 def _flat_outputs(output: fx.Node) -> list[Any]:

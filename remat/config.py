@@ -148,13 +148,22 @@ class RematConfig:
         solver: ``"mincut"`` (max-flow), ``"greedy"`` (cost per byte), ``"optimal"`` (MILP), ``"auto"`` (remat picks).
         strict: True: an infeasible budget raises; False: the least-peak plan is used with a warning.
         inner: compiler for the rewritten forward/backward: ``"inductor"``, ``"aot_eager"`` or ``"eager"``.
-        offload: False: never offload; True: offload may be chosen for any saved value; ``"auto"``: only where
-            host copies hide behind compute.
-        host_bandwidth: bytes per second of host<->device copies, > 0; int or unit string (``"12GB"``).
+        offload: False: never offload. True: every saved activation of at least 1 KiB is kept in host memory
+            between forward and backward (pinned, copied on a side stream on CUDA). ``"auto"``: only those whose
+            round trip at ``host_bandwidth`` hides behind the forward compute after them (CUDA only: on CPU the host
+            is the device and nothing is offloaded). A policy may also answer ``Action.OFFLOAD`` per value.
+        host_bandwidth: bytes per second of host<->device copies, > 0; int or unit string (``"12GB"``, the PCIe 4
+            x16 order of magnitude).
         partition: shard saved activations across ranks: None (no sharding), ``"world"`` (the default process
             group) or a ``torch.distributed.ProcessGroup``.
-        contiguous: True: pack saved activations into one contiguous arena; False: keep separate tensors.
-        rng: random ops in recomputation: ``"replay"`` (re-run with a saved seed/offset) or ``"save"`` (keep outputs).
+        contiguous: True: saved activations are copied into one preallocated arena per graph, reused across steps
+            (learned on the first step, grown when shapes grow); False: each keeps its own allocation.
+        rng: random ops in recomputation: ``"replay"`` (backward re-runs them from the generator state saved before
+            them: same numbers, a few bytes) or ``"save"`` (their outputs are always saved).
+        profile: True: record per step the time and bytes of recomputation, offload/reload, gather and packing,
+            read from ``remat.last_plan().profile``; adds a device synchronization around each. False: off.
+        synchronize: True: wait for the device before and after every checkpoint op (offload, reload, shard,
+            pack), as DeepSpeed's ``synchronize`` does; for debugging and timing. False: off.
         solver_time_limit: seconds the optimal solver may run, finite and > 0.
         debug: True: every stage checks its invariants (slower).
     """
@@ -170,6 +179,8 @@ class RematConfig:
     partition: None | str | object = None
     contiguous: bool = False
     rng: Literal["replay", "save"] = "replay"
+    profile: bool = False
+    synchronize: bool = False
     solver_time_limit: float = 10.0
     debug: bool = False
 
@@ -189,6 +200,8 @@ class RematConfig:
         self._check_partition()
         _check_bool("contiguous", self.contiguous)
         _check_choice("rng", self.rng, _RNGS)
+        _check_bool("profile", self.profile)
+        _check_bool("synchronize", self.synchronize)
         self._check_time_limit()
         _check_bool("debug", self.debug)
 

@@ -12,6 +12,7 @@ from .cost import costs
 from .plan.check import check_plan
 from .plan.plan import Plan
 from .plan.problem import Problem, Resolved, build_problem
+from .plan.transfer import Transfer
 from .plan.solve import make_plan
 from .regions import region_count
 
@@ -23,23 +24,37 @@ class Planned:
     resolved: Resolved
 
 
-def refuse_unavailable(config: RematConfig) -> None:
-    """Options that are validated but whose runtime is not in this version: refuse rather than ignore them."""
-    for option, off in (("offload", False), ("partition", None), ("contiguous", False)):
-        value = getattr(config, option)
-        if value is not off:
-            raise ValueError(f"{option}={value!r}: this version of remat plans save/recompute only; "
-                             f"{option} is not available yet — leave it at {off!r}")
+def partition_group(config: RematConfig):
+    """The process group saved values are partitioned over, or None."""
+    if config.partition is None:
+        return None
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            f"partition={config.partition!r}: torch.distributed is not initialized in this process; call "
+            "torch.distributed.init_process_group(...) before compiling, or leave partition=None")
+    return dist.group.WORLD if isinstance(config.partition, str) else config.partition
+
+
+def transfer_of(config: RematConfig) -> Transfer:
+    group = partition_group(config)
+    world = rank = 0
+    if group is not None:
+        import torch.distributed as dist
+
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+    return Transfer(offload=config.offload, host_bandwidth=config.host_bandwidth_bytes(), world=max(world, 1),
+                    rank=rank)
 
 
 def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig) -> Planned:
-    refuse_unavailable(config)
     graph = capture(joint, num_fwd_outputs)
     table = costs(joint, graph)
     # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.
-    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy,
+    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, config.rng,
                            regions=config.memory_budget is None)
-    problem = build_problem(graph, table, constraints)
+    problem = build_problem(graph, table, constraints, transfer_of(config))
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, config.solver_time_limit)
     if config.memory_budget is not None and (count := region_count(joint)):

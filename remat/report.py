@@ -40,20 +40,29 @@ def fmt_flops(n: float) -> str:
 class Totals:
     """Sums over decision rows: what the table's totals line prints."""
 
-    saved_bytes: int  # bytes of the SAVE rows
+    saved_bytes: int  # device bytes the SAVE, OFFLOAD and PARTITION rows keep from forward to backward
     recompute_flops: int  # recompute cost of the RECOMPUTE rows
-    saved: int  # number of SAVE rows
+    saved: int  # number of SAVE, OFFLOAD and PARTITION rows
     recomputed_ops: int  # RECOMPUTE rows that cost flops (views and getitems are free re-labellings)
+    offloaded: int = 0  # OFFLOAD rows
+    partitioned: int = 0  # PARTITION rows
+    transfer_bytes: int = 0  # bytes the OFFLOAD and PARTITION rows move off the device
 
 
 def totals(decisions: Iterable[Decision]) -> Totals:
-    saved = [d for d in decisions if d.action is Action.SAVE]
+    decisions = list(decisions)
+    kept = (Action.SAVE, Action.OFFLOAD, Action.PARTITION)
+    saved = [d for d in decisions if d.action in kept]
+    moved = [d for d in decisions if d.action in (Action.OFFLOAD, Action.PARTITION)]
     recomputed = [d for d in decisions if d.action is Action.RECOMPUTE]
     return Totals(
-        saved_bytes=sum(d.nbytes for d in saved),
+        saved_bytes=sum(d.kept for d in saved),
         recompute_flops=sum(d.cost for d in recomputed),
         saved=len(saved),
         recomputed_ops=sum(1 for d in recomputed if d.cost > 0),
+        offloaded=sum(1 for d in moved if d.action is Action.OFFLOAD),
+        partitioned=sum(1 for d in moved if d.action is Action.PARTITION),
+        transfer_bytes=sum(d.nbytes - d.kept for d in moved),
     )
 
 
@@ -67,6 +76,7 @@ def records(plan: Plan) -> list[dict]:
             "shape": [int(s) for s in d.shape],
             "dtype": d.dtype,
             "bytes": int(d.nbytes),
+            "kept_bytes": int(d.kept),
             "recompute_flops": int(d.cost),
             "action": d.action.value,
             "reason": d.reason,
@@ -98,7 +108,7 @@ def totals_lines(plan: Plan) -> list[str]:
     t = totals(plan.decisions)
     budget = "none" if plan.budget_bytes is None else fmt_bytes(plan.budget_bytes)
     lines = [
-        f"total: save {t.saved} values, {fmt_bytes(t.saved_bytes)} ({t.saved_bytes} bytes; "
+        f"total: save {t.saved} values{_moved(t)}, {fmt_bytes(t.saved_bytes)} ({t.saved_bytes} bytes; "
         f"baseline {fmt_bytes(plan.baseline.saved_bytes)}); "
         f"recompute {t.recomputed_ops} ops, {fmt_flops(t.recompute_flops)} ({t.recompute_flops} flops"
         f"{_overhead(t.recompute_flops, plan.forward_flops)})",
@@ -112,6 +122,12 @@ def totals_lines(plan: Plan) -> list[str]:
             f"the difference is in values not listed (symbolic sizes, views of inputs)"
         )
     return lines
+
+
+def _moved(t: Totals) -> str:
+    parts = [f"{t.offloaded} offloaded"] if t.offloaded else []
+    parts += [f"{t.partitioned} partitioned"] if t.partitioned else []
+    return f" ({', '.join(parts)}: {fmt_bytes(t.transfer_bytes)} off the device)" if parts else ""
 
 
 def _overhead(flops: int, forward_flops: int) -> str:
@@ -208,10 +224,10 @@ def module_table(plan: Plan, depth: int | None = None) -> str:
     """
     lines = []
     for path, group in by_module(plan.decisions, depth).items():
-        recomputed = [d for d in group if d.action is Action.RECOMPUTE and d.cost > 0]
-        saved = [d for d in group if d.action is Action.SAVE and d.nbytes > 0]
-        parts = [f"{action.value} {_ops(ds)}" for action, ds in ((Action.RECOMPUTE, recomputed), (Action.SAVE, saved))
-                 if ds]
+        listed = [(Action.RECOMPUTE, [d for d in group if d.action is Action.RECOMPUTE and d.cost > 0])]
+        listed += [(a, [d for d in group if d.action is a and d.nbytes > 0])
+                   for a in (Action.SAVE, Action.OFFLOAD, Action.PARTITION)]
+        parts = [f"{action.value} {_ops(ds)}" for action, ds in listed if ds]
         if parts:
             lines.append(f"{path or TOP_LEVEL}: " + "; ".join(parts))
     return "\n".join(lines)

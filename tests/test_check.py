@@ -36,12 +36,8 @@ def test_saved_and_recomputed_is_caught(planned):
         check_plan(planned.problem, broken)
 
 
-@pytest.mark.parametrize("option,value", [("offload", True), ("partition", "world"), ("contiguous", True)])
-def test_roadmap_options_are_refused_not_ignored(option, value):
-    with pytest.raises(ValueError, match=f"{option}={value!r}: .* not available yet"):
-        remat.explain(CosMM(), cosmm_input(), **{option: value})
-
-
-def test_remat_compile_refuses_roadmap_options_when_built():
-    with pytest.raises(ValueError, match="offload=True: .* not available yet"):
-        remat.compile(CosMM(), offload=True)
+def test_partition_without_process_group_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="partition='world': torch.distributed is not initialized"):
+        remat.compile(CosMM(), partition="world")
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        remat.explain(CosMM(), cosmm_input(), partition="world")

@@ -9,7 +9,7 @@ from remat.config import RematConfig, parse_bytes, resolve_op
 MiB = 1024**2
 ALL_FIELDS = (
     "memory_budget", "save_ops", "policy", "solver", "strict", "inner", "offload", "host_bandwidth", "partition",
-    "contiguous", "rng", "solver_time_limit", "debug",
+    "contiguous", "rng", "profile", "synchronize", "solver_time_limit", "debug",
 )
 
 
@@ -183,7 +183,7 @@ def test_enum_rejects(field):
         RematConfig(**{field: 1})
 
 
-@pytest.mark.parametrize("field", ["strict", "contiguous", "debug"])
+@pytest.mark.parametrize("field", ["strict", "contiguous", "profile", "synchronize", "debug"])
 def test_bool_fields(field):
     assert getattr(RematConfig(), field) is False
     assert getattr(RematConfig(**{field: True}), field) is True

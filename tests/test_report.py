@@ -101,9 +101,10 @@ def test_records_are_plain_and_match_the_decisions(cosmm):
     first, d = records[0], p.decisions[0]
     assert first == {
         "node": d.name, "op": "aten.cos.default", "module_path": "", "shape": [512, 512], "dtype": "float32",
-        "bytes": MIB, "recompute_flops": COS, "action": "recompute", "reason": d.reason,
+        "bytes": MIB, "kept_bytes": 0, "recompute_flops": COS, "action": "recompute", "reason": d.reason,
     }
     assert sum(r["bytes"] for r in records if r["action"] == "save") == p.saved_bytes
+    assert sum(r["kept_bytes"] for r in records) == p.saved_bytes
 
 
 def test_forward_flops_is_the_forward_module(cosmm):
@@ -151,7 +152,8 @@ def test_decisions_grouped_by_layer(gpt_joints, kind):
         attn, mlp = groups[f"blocks.{i}.attn"], groups[f"blocks.{i}.mlp"]
         assert [d.op for d in attn].count("aten._softmax.default") == 1
         assert [d.op for d in attn].count("aten.bmm.default") in (0, 1, 2)
-        assert [d.module_path for d in attn if d.op == "aten.addmm.default"] == [f"blocks.{i}.attn.qkv"]
+        addmm = [d.module_path for d in attn if d.op == "aten.addmm.default"]
+        assert addmm and set(addmm) <= {f"blocks.{i}.attn.qkv", f"blocks.{i}.attn.proj"}
         assert [d.module_path for d in mlp if d.op == "aten.gelu.default"] == [f"blocks.{i}.mlp.1"]
         assert all(d.module_path.startswith(f"blocks.{i}.attn") for d in attn)
     # every softmax and gelu of the graph is under its block, nothing is left ungrouped or under a dynamo source

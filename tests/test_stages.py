@@ -68,10 +68,15 @@ def test_must_save_rules():
         return torch.sin(bn(y)).view(-1).cos().sum()
 
     joint, graph = facts(f, torch.randn(16, 64, requires_grad=True))
-    c = annotate(joint, graph, costs(joint, graph))
+    c = annotate(joint, graph, costs(joint, graph), rng="save")
     reasons = " | ".join(c.must_save.values())
     assert "random op" in reasons
     assert any(graph[n].op == "getitem" for n in c.must_save)  # the dropout mask and output, through getitems
+    assert not c.replay
+    replayed = annotate(joint, graph, costs(joint, graph))  # rng="replay": recomputable from a saved RNG state
+    assert "random op" not in " | ".join(replayed.must_save.values())
+    assert set(replayed.replay.values()) == {torch.get_rng_state().numel()}
+    assert all("nondeterministic_seeded" in graph[n].tags for n in replayed.replay)
     views = [v.name for v in graph.values if v.is_view and v.role is Role.FORWARD]
     assert views and all("view of" in c.must_recompute[n] for n in views)
 

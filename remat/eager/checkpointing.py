@@ -25,7 +25,7 @@ from ..runtime import buffers, rng
 from ..runtime.profile import Profile
 from ..runtime.rng import MODEL_PARALLEL_RNG, RNGStatesTracker
 from . import region
-from .stash import ARENA_KEY, Partition, StashOptions
+from .stash import Partition, StashOptions
 
 __all__ = [
     "CheckpointFunction", "CudaRNGStatesTracker", "checkpoint", "configure", "get_cuda_rng_tracker", "get_profile",
@@ -137,7 +137,7 @@ def reset() -> None:
     """Release the contiguous buffers no checkpoint still uses and start the next step afresh. Call it after
     forwards that had no backward (evaluation with grad enabled) before training again."""
     global _reserve
-    buffers.POOL.trim(ARENA_KEY)
+    buffers.POOL.trim()
     if _settings is not None and _settings.contiguous_checkpointing:
         _reserve = _settings.num_checkpoints
     if _profile is not None and _profile.steps:

@@ -17,7 +17,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ..runtime import buffers
 from ..runtime.ops import gather_shards
 
-ARENA_KEY = -5  # the pool key of eager regions' arenas; each region fills all its slots in one go
+# Pool keys of eager regions: one per arena size (the pool learns a key's size), far from compiled graphs' keys.
+# A region fills all its slots in one go, so its step never stays open.
+_ARENA_KEYS = -(1 << 48)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,15 +122,16 @@ def _moves(leaf: Any, options: StashOptions) -> bool:
 
 
 def _to_arena(kept: list[torch.Tensor], options: StashOptions, reserve: int | None) -> list[torch.Tensor]:
-    """Copy the kept tensors into the slots of one arena per device (views of the arena come back)."""
+    """Copy the kept tensors into one arena per device (views of the arena come back). A region knows its size
+    before it stores, so the pool hands its first region an arena already."""
     out = list(kept)
     for device in sorted({t.device for t in kept}, key=str):
         index = [i for i, t in enumerate(kept) if t.device == device]
-        offsets, nbytes = buffers.slot_offsets([kept[i].numel() * kept[i].element_size() for i in index])
-        if reserve:
-            buffers.POOL.reserve(device, nbytes, reserve)
+        nbytes = sum(-(-kept[i].numel() * kept[i].element_size() // buffers.ALIGN) * buffers.ALIGN for i in index)
+        key = _ARENA_KEYS - nbytes
+        buffers.POOL.reserve(key, device, nbytes, reserve or 0)
         with torch.no_grad():
-            for i, offset in zip(index, offsets):
-                out[i] = torch.ops.remat.arena_store(kept[i].contiguous(), ARENA_KEY, offset, nbytes, len(index),
+            for i in index:
+                out[i] = torch.ops.remat.arena_store(kept[i].contiguous(), key, len(index),
                                                      options.profile_id, options.sync)
     return out

@@ -10,6 +10,9 @@ from ..annotate import Action
 from .simulate import Timeline
 
 
+KEPT = (Action.SAVE, Action.OFFLOAD, Action.PARTITION)  # actions that hand the value from forward to backward
+
+
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """The planner's decision for one forward value that backward needs."""
@@ -21,9 +24,16 @@ class Decision:
     dtype: str
     nbytes: int  # bytes of storage the value owns (0 for views)
     cost: int  # flops to recompute it once
-    action: Action  # SAVE or RECOMPUTE
+    action: Action  # SAVE, RECOMPUTE, OFFLOAD or PARTITION
     reason: str  # why, in words: the rule or the solver's trade ("recomputed (mincut): 0.7 MFLOP frees 0.03 MiB")
     source_op: str = ""  # for a getitem, the op of the tuple producer it reads ("aten.native_dropout.default")
+    kept_bytes: int | None = None  # device bytes held from forward to backward; None: nbytes if saved, else 0
+
+    @property
+    def kept(self) -> int:
+        if self.kept_bytes is not None:
+            return self.kept_bytes
+        return self.nbytes if self.action is Action.SAVE else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,13 +64,30 @@ class Plan:
     saved_bytes_expr: sympy.Expr | None = None  # saved_bytes likewise
     notes: tuple[str, ...] = ()  # how the plan came about beyond its decisions ("checkpoint regions not imposed")
 
+    profile: object = None  # remat.runtime.profile.Profile when compiled with profile=True
+
     @property
     def saved(self) -> tuple[str, ...]:
-        return tuple(d.name for d in self.decisions if d.action is Action.SAVE)
+        """Values the forward hands to backward in any form: kept, offloaded or partitioned."""
+        return tuple(d.name for d in self.decisions if d.action in KEPT)
+
+    @property
+    def offloaded(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.decisions if d.action is Action.OFFLOAD)
+
+    @property
+    def partitioned(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.decisions if d.action is Action.PARTITION)
 
     @property
     def recomputed(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.decisions if d.action is Action.RECOMPUTE)
+
+    def fingerprint(self) -> str:
+        """A stable hash of the decisions; equal on every rank that planned the same graph the same way."""
+        from .agree import fingerprint
+
+        return fingerprint(self)
 
     def table(self, max_rows: int | None = None) -> str:
         """A text table: one row per decision (node, op, shape, dtype, bytes, recompute cost, action, reason), then

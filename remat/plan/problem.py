@@ -13,6 +13,7 @@ from typing import Iterable, Mapping
 from ..annotate import PREFERENCE_SCALE, Constraints
 from ..capture import Graph, Role
 from .arrays import FORWARD, PRIMAL, Arrays, arrays
+from .transfer import Transfer, eligible, hides_offload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +23,8 @@ class Resolved:
     saved: frozenset[str]
     recomputed: frozenset[str]
     inputs: frozenset[str] = frozenset()  # forward inputs (primals) backward reads; never counted as activations
+    offloaded: frozenset[str] = frozenset()  # saved values kept in host memory between forward and backward
+    partitioned: frozenset[str] = frozenset()  # saved values kept as 1/world per rank, gathered for backward
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -37,6 +40,8 @@ class Problem:
     fw_required: frozenset[str]  # forward values the forward outputs depend on
     needed_inputs: tuple[str, ...]  # forward inputs (primals) that backward nodes read directly
     arrays: Arrays  # the same facts as integer arrays, for the hot loops
+    transfer: Transfer = Transfer()
+    offloadable: frozenset[str] = frozenset()  # values offload="auto" sends to host when saved
 
     @property
     def instances(self) -> tuple[int, ...]:
@@ -76,10 +81,27 @@ class Problem:
         for i, code in enumerate(state):
             if code:
                 groups[code].append(names[i])
-        return Resolved(frozenset(groups[1]), frozenset(groups[2]), frozenset(groups[3] + list(self.needed_inputs)))
+        saved = frozenset(groups[1])
+        offloaded, partitioned = self._transfers(saved)
+        return Resolved(saved, frozenset(groups[2]), frozenset(groups[3] + list(self.needed_inputs)),
+                        offloaded, partitioned)
+
+    def _transfers(self, saved: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
+        t = self.transfer
+        forced = saved & self.constraints.must_offload.keys()
+        if not t.active:
+            return frozenset(forced), frozenset()
+        offload = set(forced)
+        if t.offload is True:
+            offload |= {n for n in saved if eligible(self.graph, n)}
+        elif t.offload == "auto":
+            offload |= saved & self.offloadable
+        partition = {n for n in saved - offload if eligible(self.graph, n)} if t.world > 1 else set()
+        return frozenset(offload), frozenset(partition)
 
 
-def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constraints) -> Problem:
+def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constraints,
+                  transfer: Transfer = Transfer()) -> Problem:
     """Derive the structures every solver shares. Pure."""
     forward = tuple(v.name for v in graph.values if v.role is Role.FORWARD)
     reaches_grad = _ancestors(graph, graph.bw_outputs, lambda r: r is Role.BACKWARD)
@@ -98,7 +120,7 @@ def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constrain
     read = {i for b in backward for i in graph[b].inputs if graph[i].role is Role.PRIMAL}
     needed_inputs = tuple(v.name for v in graph.values if v.name in read)
     return Problem(graph, costs, constraints, forward, backward, needed, candidates, choosable, fw_required,
-                   needed_inputs, arrays(graph))
+                   needed_inputs, arrays(graph), transfer, hides_offload(graph, costs, transfer))
 
 
 def _ancestors(graph: Graph, roots: Iterable[str], keep) -> set[str]:

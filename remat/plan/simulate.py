@@ -64,6 +64,10 @@ class Lifetimes:
     bw: list[int]  # backward schedule, recomputation included
     spans: list[tuple[int, int, int]]  # (owner position, first step, last step) per counted storage instance
     saved_spans: dict[str, tuple[int, int]]
+    # Saved bytes that are no graph value: generator states kept to replay random ops (from the op's forward run to
+    # its replay) and shards of partitioned values (from the value's forward step to its gather): (bytes, first,
+    # last step).
+    extra_spans: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
 
 
 def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
@@ -95,12 +99,16 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
             allocated.append(i)
             if last[i] < 0:
                 last[i] = pos
+    last_fw = list(last)  # last forward step reading each instance
+    first_bw = [-1] * (2 * n)
     for pos, i in enumerate(bw, start=num_fw):
         for j in inputs_of[i]:
             o = storage[j]
             k = o + n if recomputed[o] else plain[j]
             if k >= 0:
                 last[k] = pos
+                if first_bw[k] < 0:
+                    first_bw[k] = pos
         if allocates[i]:
             k = i + n if recomputed[i] or role[i] == BACKWARD_ROLE else plain[i]
             if k >= 0 and alloc[k] < 0:
@@ -116,7 +124,56 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
     saved = sorted(a.index[s] for s in resolved.saved)
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
-    return Lifetimes(fw, bw, spans, saved_spans)
+    extra = _rng_spans(problem, resolved, fw, bw)
+    if resolved.offloaded or resolved.partitioned:
+        spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw)
+    return Lifetimes(fw, bw, spans, saved_spans, extra)
+
+
+def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw):
+    """A value that leaves the device is live there until its last forward read, then again from its reload or
+    gather (just before its first backward read) to its last; a partitioned value's shard lives in between. On CPU
+    the host is the device, so an offloaded value's host copy counts too."""
+    a, graph = problem.arrays, problem.graph
+    world = problem.transfer.world
+    leaving = {a.index[s] for s in resolved.partitioned | resolved.offloaded}
+    out = []
+    for owner, first, final in spans:
+        if owner not in leaving or first_bw[owner] < 0:
+            out.append((owner, first, final))
+            continue
+        out.append((owner, first, max(first, last_fw[owner])))
+        out.append((owner, first_bw[owner], final))
+        name = a.names[owner]
+        if name in resolved.offloaded and graph[name].device == "cpu":
+            extra.append((a.nbytes[owner], first, first_bw[owner]))  # the host copy, in the same memory
+        elif name in resolved.partitioned:
+            v = graph[name]
+            chunk = -(-(v.nbytes // _itemsize(v)) // world) * _itemsize(v)
+            extra.append((chunk, first, first_bw[owner]))
+    return out, extra
+
+
+def _itemsize(v) -> int:
+    import torch
+
+    return torch.empty((), dtype=getattr(torch, v.dtype)).element_size()
+
+
+def _rng_spans(problem: Problem, resolved: Resolved, fw: list[int], bw: list[int]) -> list[tuple[int, int, int]]:
+    replay = problem.constraints.replay
+    replayed = [name for name in resolved.recomputed if name in replay]
+    if not replayed:
+        return []
+    index = problem.arrays.index
+    fw_pos = {i: p for p, i in enumerate(fw)}
+    bw_pos = {i: p for p, i in enumerate(bw, start=len(fw))}
+    spans = []
+    for name in sorted(replayed, key=index.__getitem__):
+        i = index[name]
+        if i in fw_pos and i in bw_pos:
+            spans.append((replay[name], fw_pos[i], bw_pos[i]))
+    return spans
 
 
 def simulate(problem: Problem, resolved: Resolved) -> Timeline:
@@ -128,8 +185,13 @@ def simulate(problem: Problem, resolved: Resolved) -> Timeline:
     for owner, first, final in life.spans:
         delta[first] += nbytes[owner]
         delta[final + 1] -= nbytes[owner]
+    for size, first, final in life.extra_spans:
+        delta[first] += size
+        delta[final + 1] -= size
     live = tuple(itertools.accumulate(delta[:-1]))
     peak = max(live, default=0)
-    saved_bytes = sum(nbytes[a.index[s]] for s in life.saved_spans)
+    leaving = resolved.partitioned | resolved.offloaded  # their saved bytes are the extra spans' shards/host copies
+    saved_bytes = (sum(nbytes[a.index[s]] for s in life.saved_spans if s not in leaving)
+                   + sum(s[0] for s in life.extra_spans))
     return Timeline(tuple(steps), a.names, resolved.recomputed, live, peak, live.index(peak) if live else 0,
                     saved_bytes, len(life.fw), types.MappingProxyType(life.saved_spans))

@@ -12,6 +12,7 @@ from . import greedy, mincut, optimal
 from .evaluate import Evaluator, Scored, pick
 from .plan import Baseline, Decision, Plan
 from .problem import Problem
+from .transfer import rng_state_decision, transfer_decision
 from .schedule import forward_order
 from .symbolic import symbolic_memory
 
@@ -91,6 +92,7 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
         # What recomputing it takes: a getitem needs its tuple producer re-run.
         what = fmt_flops(problem.costs[name] + (problem.costs[producer] if producer else 0))
         what += f" ({short_op(source_op)})" if producer else ""
+        kept = None
         if name in resolved.saved:
             action = Action.SAVE
             if name in c.must_save:
@@ -99,14 +101,19 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
                 reason = "no memory_budget: saved as the default partition does"
             else:
                 reason = f"saved: recomputing would cost {what}; the budget is met without it"
+            action, kept, reason = transfer_decision(problem, resolved, name, reason)
         else:
             action = Action.RECOMPUTE
             if name in c.must_recompute:
                 reason = c.must_recompute[name]
             else:
                 reason = f"recomputed ({solver}): {what} frees {fmt_bytes(v.nbytes)}"
+            if name in c.replay or producer in c.replay:
+                reason += "; replayed from the RNG state saved before it"
         decisions.append(Decision(name, v.op, v.module_path, v.shape, v.dtype, v.nbytes, problem.costs[name],
-                                  action, reason, source_op))
+                                  action, reason, source_op, kept))
+        if name in c.replay:
+            decisions.append(rng_state_decision(v, c.replay[name]))
     if problem.graph.symbols:
         peak_expr, saved_expr = symbolic_memory(problem, resolved)
     else:

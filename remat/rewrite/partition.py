@@ -14,6 +14,9 @@ import torch.fx as fx
 from .. import _torch
 from ..plan.problem import Problem, Resolved
 from ..plan.schedule import backward_order
+from .profile import mark_recomputation, mark_step
+from .rng import replay_random_ops
+from .transfer import Runtime, move_saved
 
 
 def partition(
@@ -22,11 +25,13 @@ def partition(
     resolved: Resolved,
     num_fwd_outputs: int,
     static_lifetime_input_indices: Sequence[int] | None = None,
+    runtime: Runtime = Runtime(),
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
+    joint, states = replay_random_ops(joint, problem, resolved)
     nodes = {n.name: n for n in joint.graph.nodes}
     is_sym = _torch.is_sym_node()
     saved = sorted(resolved.saved | resolved.inputs, key=lambda n: problem.graph[n].index)
-    saved_values = [nodes[n] for n in saved if not is_sym(nodes[n])]
+    saved_values = [nodes[n] for n in saved if not is_sym(nodes[n])] + [nodes[n] for n in states]
     saved_syms = [nodes[n] for n in saved if is_sym(nodes[n])]
     extract = _torch.extract_fwd_bwd_modules()
     kwargs = {"num_fwd_outputs": num_fwd_outputs}
@@ -36,7 +41,12 @@ def partition(
     fw, bw = extract(joint, saved_values, saved_syms, **kwargs)
     _dead_code(fw)
     _dead_code(bw)
-    return fw, reorder(bw, backward_order(problem, resolved))
+    move_saved(fw, bw, num_fwd_outputs, problem, resolved, runtime)
+    bw = reorder(bw, backward_order(problem, resolved))
+    if runtime.profile_id >= 0:
+        mark_step(fw, runtime.profile_id)
+        mark_recomputation(bw, problem, resolved, runtime.profile_id)
+    return fw, bw
 
 
 def _ordered_set(items):

@@ -1,9 +1,9 @@
 """Arenas for contiguous checkpointing: the saved values of one step live at fixed offsets of one buffer.
 
-A compiled graph asks for an arena of a given size on a device; the pool hands out a buffer no saved value of an
-earlier step still uses, and allocates a new one only when every buffer of that size is in use (a second forward
-before the first backward, or gradient accumulation). So after the first step no saved value allocates: each is
-copied into its slot, and the allocator does not fragment around long-lived activations.
+The pool hands a step a buffer no saved value of an earlier step still uses, and allocates a new one only when
+every large enough buffer is in use (a second forward before the first backward, gradient accumulation) or the
+shapes grew. After a graph's first step its saved values allocate nothing: each is copied into its slot, and the
+allocator does not fragment around long-lived activations.
 """
 from __future__ import annotations
 
@@ -21,53 +21,66 @@ class PoolStats:
 
 
 class ArenaPool:
+    """Buffers per device, handed to the steps of compiled graphs. A graph's step places its saved values one
+    after another (offsets follow the order the compiled code stores them); the arena size a graph needs is learned
+    from its first step (whose values get plain allocations) and grown when its shapes grow."""
+
     def __init__(self) -> None:
-        self._buffers: dict[tuple[torch.device, int], list[torch.Tensor]] = {}
-        self._open: dict[tuple[int, torch.device], list] = {}  # (graph, device) → [buffer, slots placed]
+        self._buffers: dict[torch.device, list[torch.Tensor]] = {}
+        self._open: dict[tuple[int, torch.device], list] = {}  # (graph, device) → [buffer, next offset, placed, total]
+        self._need: dict[tuple[int, torch.device], int] = {}  # (graph, device) → bytes its largest step placed
         self.stats = PoolStats()
 
-    def place(self, key: int, device: torch.device, nbytes: int, num_slots: int) -> torch.Tensor:
-        """The buffer the current step of graph `key` places its saved values in. The first value of a step
-        acquires one; the step ends when all `num_slots` values are placed (in whatever order the compiler ran
-        the stores)."""
-        entry = self._open.get((key, device))
+    def place(self, key: int, device: torch.device, nbytes: int, num_slots: int) -> tuple[torch.Tensor, int] | None:
+        """(buffer, byte offset) for the next saved value of graph `key`'s current step, or None when the arena
+        cannot hold it (the first step, or shapes that grew): the value then keeps its own allocation."""
+        slot = (key, device)
+        entry = self._open.get(slot)
         if entry is None:
-            entry = self._open[(key, device)] = [self._acquire(device, nbytes), 0]
-        entry[1] += 1
-        if entry[1] >= num_slots:
-            del self._open[(key, device)]
-        return entry[0]
+            need = self._need.get(slot)
+            entry = self._open[slot] = [self._acquire(device, need) if need else None, 0, 0, 0]
+        size = -(-nbytes // ALIGN) * ALIGN
+        buffer, offset = entry[0], entry[1]
+        placed = None
+        if buffer is not None and offset + size <= buffer.numel():
+            placed = (buffer, offset)
+            entry[1] += size
+        entry[2] += 1
+        entry[3] += size
+        if entry[2] >= num_slots:
+            self._need[slot] = max(self._need.get(slot, 0), entry[3])
+            del self._open[slot]
+        return placed
 
     def _acquire(self, device: torch.device, nbytes: int) -> torch.Tensor:
-        slot = (device, nbytes)
-        for buffer in self._buffers.setdefault(slot, []):
-            if not _in_use(buffer):
-                self.stats.reuses += 1
-                break
-        else:
-            buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
-            self._buffers[slot].append(buffer)
-            self.stats.allocations += 1
+        free = [b for b in self._buffers.setdefault(device, []) if b.numel() >= nbytes and not _in_use(b)]
+        if free:
+            self.stats.reuses += 1
+            return min(free, key=lambda b: b.numel())
+        buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        self._buffers[device].append(buffer)
+        self.stats.allocations += 1
         return buffer
 
-    def reserve(self, device: torch.device, nbytes: int, count: int) -> None:
-        """Allocate up front so that at least `count` buffers of `nbytes` exist on `device` (a known number of
-        checkpoints per step: one contiguous allocation each, before the step fragments the allocator)."""
-        have = self._buffers.setdefault((device, nbytes), [])
+    def reserve(self, key: int, device: torch.device, nbytes: int, count: int = 0) -> None:
+        """Tell the pool that graph `key`'s steps place `nbytes` on `device` (so its first step already uses an
+        arena), and allocate up front so that at least `count` buffers that large exist (a known number of steps
+        alive at once: one allocation each, before the steps fragment the allocator)."""
+        slot = (key, device)
+        self._need[slot] = max(self._need.get(slot, 0), nbytes)
+        have = [b for b in self._buffers.setdefault(device, []) if b.numel() >= nbytes]
         for _ in range(count - len(have)):
-            have.append(torch.empty(nbytes, dtype=torch.uint8, device=device))
+            self._buffers[device].append(torch.empty(nbytes, dtype=torch.uint8, device=device))
             self.stats.allocations += 1
 
-    def trim(self, key: int | None = None) -> int:
-        """Drop every buffer no saved view uses (their memory goes back to the allocator) and forget the open step
-        of graph `key` (all open steps when None). Buffers still in use stay. Returns the number dropped."""
+    def trim(self) -> int:
+        """Drop every buffer no saved view uses (their memory goes back to the allocator); buffers in use stay.
+        Returns the number dropped."""
         dropped = 0
-        for slot, held in self._buffers.items():
+        for device, held in self._buffers.items():
             keep = [b for b in held if _in_use(b)]
             dropped += len(held) - len(keep)
-            self._buffers[slot] = keep
-        for open_key in [k for k in self._open if key is None or k[0] == key]:
-            del self._open[open_key]
+            self._buffers[device] = keep
         return dropped
 
     def buffers(self) -> int:
@@ -76,6 +89,7 @@ class ArenaPool:
     def clear(self) -> None:
         self._buffers.clear()
         self._open.clear()
+        self._need.clear()
         self.stats = PoolStats()
 
 
@@ -84,16 +98,6 @@ def _in_use(buffer: torch.Tensor) -> bool:
     from .. import _torch
 
     return _torch.storage_use_count(buffer) > 1
-
-
-def slot_offsets(sizes: list[int]) -> tuple[list[int], int]:
-    """Byte offsets of values that are all live together (saved values at the forward/backward boundary), aligned,
-    and the arena size."""
-    offsets, end = [], 0
-    for size in sizes:
-        offsets.append(end)
-        end += -(-size // ALIGN) * ALIGN
-    return offsets, end
 
 
 POOL = ArenaPool()

@@ -5,9 +5,11 @@
   overlapping) come back contiguous with the same values.
 - ``remat::shard(x, rank, world)`` → this rank's 1/world of `x` flattened (zero-padded to a multiple of world);
   backward gathers the shards with torch's functional all_gather and views the result back.
-- ``remat::arena_store(x, key, offset, nbytes, num_slots)`` → `x` copied into its slot of the step's arena.
-- ``remat::mark_(anchor, profile_id, label, kind, nbytes, begin)`` → profile timestamps around recomputation; it
-  declares `anchor` mutated, which pins it between the producer and the consumers of `anchor`.
+- ``remat::arena_store(x, key, num_slots)`` → `x` copied into the next slot of graph `key`'s arena for this step.
+- ``remat::mark(anchor, profile_id, label, kind, nbytes, begin)`` → profile timestamps around a run of
+  recomputation or a gather in backward (`anchor` names the device). Exact where the backward runs node by node
+  (aot_eager, eager); inductor fuses recomputation into its consumers and drops the marks, so there the profile
+  has recompute flops but no recompute time.
 
 Every op takes `profile_id` (-1: none) and `sync` (DeepSpeed's `synchronize`: wait for the device around the op).
 """
@@ -115,35 +117,42 @@ def gather_shards(chunk: Tensor, shape: torch.Size, world: int, group=None, prof
 
 
 @torch.library.custom_op(f"{_LIB}::arena_store", mutates_args=())
-def arena_store(x: Tensor, key: int, offset: int, nbytes: int, num_slots: int, profile_id: int = -1,
-                sync: bool = False) -> Tensor:
+def arena_store(x: Tensor, key: int, num_slots: int, profile_id: int = -1, sync: bool = False) -> Tensor:
+    nbytes = x.numel() * x.element_size()
+
     def work() -> Tensor:
-        arena = buffers.POOL.place(key, x.device, nbytes, num_slots)
-        size = x.numel() * x.element_size()
-        slot = arena[offset: offset + size].view(x.dtype).view(x.shape) if x.numel() else x.new_empty(x.shape)
+        placed = buffers.POOL.place(key, x.device, nbytes, num_slots)
+        if placed is None or x.numel() == 0:
+            return torch.empty_like(x).copy_(x)
+        arena, offset = placed
+        slot = arena[offset: offset + nbytes].view(x.dtype).view(x.shape) if x.is_contiguous() else None
+        if slot is None:  # keep a dense non-contiguous layout: place the storage, view it with x's strides
+            dense = torch.empty_like(x)
+            slot = arena[offset: offset + nbytes].view(x.dtype).as_strided(x.shape, dense.stride())
         return slot.copy_(x)
 
-    return _timed(profile_id, "pack", x.numel() * x.element_size(), sync, x.device, work)
+    return _timed(profile_id, "pack", nbytes, sync, x.device, work)
 
 
 @arena_store.register_fake
-def _(x: Tensor, key: int, offset: int, nbytes: int, num_slots: int, profile_id: int = -1,
-      sync: bool = False) -> Tensor:
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+def _(x: Tensor, key: int, num_slots: int, profile_id: int = -1, sync: bool = False) -> Tensor:
+    return torch.empty_like(x)
 
 
-@torch.library.custom_op(f"{_LIB}::mark_", mutates_args=("anchor",))
-def mark_(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: int, begin: bool) -> None:
+@torch.library.custom_op(f"{_LIB}::mark", mutates_args=())
+def mark(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: int, begin: bool) -> None:
     record = profile.lookup(profile_id)
     if record is None:
         return
     profile.synchronize(anchor.device)
-    if begin:
+    if kind == "step":
+        record.new_step()
+    elif begin:
         record.begin(label)
     else:
         record.end(label, kind, nbytes)
 
 
-@mark_.register_fake
+@mark.register_fake
 def _(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: int, begin: bool) -> None:
     return None

@@ -1,0 +1,89 @@
+"""Which saved values leave the device between forward and backward: offloaded to host or partitioned over ranks.
+
+The solvers decide what to recompute; every saved value then goes to host (offload), to 1/world per rank
+(partition) or stays whole on the device, by the rule here. The rule is applied inside `Problem.resolve`, so every
+candidate plan is simulated with its transfers and the solvers plan recomputation around them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from ..capture import Graph, Role
+
+# Offload and partition are worth their copy only for values at least this large.
+MIN_TRANSFER_BYTES = 1024
+# Flops per second the compute hiding a host copy is assumed to run at (offload="auto"); a conservative figure
+# for a current datacenter GPU in fp32.
+DEVICE_FLOPS_PER_S = 50e12
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfer:
+    """The transfer options of a config, as the planner reads them."""
+
+    offload: bool | str = False  # False, True (every saved value) or "auto" (where the copy hides behind compute)
+    host_bandwidth: int = 12 * 10**9  # bytes per second
+    world: int = 1  # ranks saved values are partitioned over; 1: no partition
+    rank: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.offload is not False or self.world > 1
+
+
+def eligible(graph: Graph, name: str) -> bool:
+    v = graph[name]
+    return (v.is_tensor and not v.is_view and v.role is Role.FORWARD and v.nbytes >= MIN_TRANSFER_BYTES
+            and v.device in ("cpu", "cuda"))
+
+
+def hides_offload(graph: Graph, costs: Mapping[str, int], transfer: Transfer) -> frozenset[str]:
+    """Values whose copy to host and back takes no longer than the forward compute after their last forward use
+    (the copy runs on a side stream while that compute runs; the reload is mirrored in backward)."""
+    if transfer.offload != "auto":
+        return frozenset()
+    forward = [v for v in graph.values if v.role is Role.FORWARD]
+    position = {v.name: i for i, v in enumerate(forward)}
+    suffix = [0] * (len(forward) + 1)
+    for i in range(len(forward) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + costs.get(forward[i].name, 0)
+    hidden = set()
+    for v in forward:
+        if v.device != "cuda" or not eligible(graph, v.name):
+            continue
+        last = max((position[u] for u in v.users if u in position), default=position[v.name])
+        seconds = 2 * v.nbytes / transfer.host_bandwidth
+        if seconds <= suffix[last + 1] / DEVICE_FLOPS_PER_S:
+            hidden.add(v.name)
+    return frozenset(hidden)
+
+
+def transfer_decision(problem, resolved, name: str, reason: str):
+    """(action, device bytes kept, reason) of a saved value, given where the plan keeps it."""
+    from ..annotate import Action
+    from ..report import fmt_bytes
+
+    v = problem.graph[name]
+    if name in resolved.offloaded:
+        why = problem.constraints.must_offload.get(name) or (
+            "offload=True" if problem.transfer.offload is True else
+            f"offload=\"auto\": {fmt_bytes(2 * v.nbytes)} of copies hide behind the forward compute after it")
+        kept = v.nbytes if v.device == "cpu" else 0
+        where = "; on CPU the host is the device, so no bytes leave" if v.device == "cpu" else ""
+        return Action.OFFLOAD, kept, f"offloaded to host ({why}){where}"
+    if name in resolved.partitioned:
+        world = problem.transfer.world
+        chunk = -(-v.nbytes // world)
+        return (Action.PARTITION, chunk,
+                f"partitioned over {world} ranks: {fmt_bytes(chunk)} kept here, all-gathered before backward")
+    return Action.SAVE, None, reason
+
+
+def rng_state_decision(value, nbytes: int):
+    """The generator state a replayed random op keeps, as a saved row of its own."""
+    from ..annotate import Action
+    from .plan import Decision
+
+    return Decision(f"{value.name}_rng_state", "rng state", value.module_path, (nbytes,), "uint8", nbytes, 0,
+                    Action.SAVE, f"generator state before {value.op}: backward replays it with the same numbers")

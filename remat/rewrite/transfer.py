@@ -1,0 +1,149 @@
+"""Saved values that leave the device or move into an arena: offload, partition and contiguous, in the joint graph.
+
+Each is the same move on the extracted modules: after the forward value `v`, insert the forward half
+(`remat::offload`, `remat::shard`, `remat::arena_store`) and return its result in `v`'s saved slot; backward's
+placeholder receives it, and the backward half (`remat::reload`; all_gather + slice + view; nothing for an arena
+slot) runs just before the first reader of `v`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import torch
+import torch.fx as fx
+
+from ..capture import Role
+from ..plan.problem import Problem, Resolved
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """What the inserted ops need to know at run time."""
+
+    group_name: str = ""  # process group of partition (functional collectives address groups by name)
+    contiguous_key: int = -1  # arena key of this graph; -1: contiguous off
+    profile_id: int = -1
+    sync: bool = False
+
+
+def move_saved(fw: fx.GraphModule, bw: fx.GraphModule, num_fwd_outputs: int, problem: Problem,
+               resolved: Resolved, runtime: Runtime) -> None:
+    """Rewrite, in place, the freshly extracted forward and backward modules so offloaded, partitioned and
+    (contiguous) packed saved values travel in their moved form. The saved slot of each keeps its position: the
+    forward returns the moved form there and backward's placeholder receives it."""
+    output = next(n for n in reversed(fw.graph.nodes) if n.op == "output")
+    outs = list(output.args[0])
+    saved = [(i, n) for i, n in enumerate(outs) if i >= num_fwd_outputs and isinstance(n, fx.Node)]
+    packed = _packed(problem, resolved, runtime, [n.name for _, n in saved])
+    if not (resolved.offloaded or resolved.partitioned or packed):
+        return
+    placeholders = {n.name: n for n in bw.graph.nodes if n.op == "placeholder"}
+    for i, node in saved:
+        name = node.name
+        if name in resolved.offloaded:
+            move = _offload
+        elif name in resolved.partitioned:
+            move = _partition
+        elif name in packed:
+            move = _pack
+        else:
+            continue
+        placeholder = placeholders.get(name)
+        if placeholder is None:
+            continue
+        outs[i] = move(fw, bw, node, placeholder, problem, runtime, len(packed))
+    output.args = (tuple(outs),) + tuple(output.args[1:])
+    for gm in (fw, bw):
+        gm.graph.lint()
+        gm.recompile()
+
+
+def _packed(problem: Problem, resolved: Resolved, runtime: Runtime, saved: list[str]) -> list[str]:
+    if runtime.contiguous_key < 0:
+        return []
+    moved = resolved.offloaded | resolved.partitioned
+    out = []
+    for name in saved:
+        v = problem.graph.by_name.get(name)
+        if v is None:  # a generator state of a replayed op: tiny, stays where it is
+            continue
+        if v.role is Role.FORWARD and v.is_tensor and not v.is_view and v.nbytes > 0 and name not in moved:
+            out.append(name)
+    return out
+
+
+def _offload(fw, bw, node, placeholder, problem, runtime, _):
+    device = node.meta["val"].device
+    host = _after(fw, node, torch.ops.remat.offload.default, (node, runtime.profile_id, runtime.sync), "offload")
+    _receive(bw, placeholder, host)
+    _before_users(bw, placeholder, torch.ops.remat.reload.default,
+                  (placeholder, device, runtime.profile_id, runtime.sync), "reload")
+    return host
+
+
+def _partition(fw, bw, node, placeholder, problem, runtime, _):
+    t = problem.transfer
+    val = node.meta["val"]
+    shard = _after(fw, node, torch.ops.remat.shard.default,
+                   (node, t.rank, t.world, runtime.profile_id, runtime.sync), "shard")
+    _receive(bw, placeholder, shard)
+    chain = [
+        (torch.ops._c10d_functional.all_gather_into_tensor.default, lambda p: (p, t.world, runtime.group_name)),
+        (torch.ops._c10d_functional.wait_tensor.default, lambda p: (p,)),
+        (torch.ops.aten.slice.Tensor, lambda p: (p, 0, 0, val.numel())),
+        (torch.ops.aten.view.default, lambda p: (p, list(val.shape))),
+    ]
+    _before_users(bw, placeholder, chain, None, "gather")
+    return shard
+
+
+def _pack(fw, bw, node, placeholder, problem, runtime, num_slots):
+    slot = _after(fw, node, torch.ops.remat.arena_store.default,
+                  (node, runtime.contiguous_key, num_slots, runtime.profile_id, runtime.sync), "packed")
+    _receive(bw, placeholder, slot)
+    return slot
+
+
+def _after(gm: fx.GraphModule, node: fx.Node, target, args: tuple, suffix: str) -> fx.Node:
+    with gm.graph.inserting_after(node):
+        new = gm.graph.call_function(target, args)
+    new.name = f"{node.name}_{suffix}"
+    new.meta["val"] = _fake_run(target, args)
+    return new
+
+
+def _receive(bw: fx.GraphModule, placeholder: fx.Node, moved: fx.Node) -> None:
+    """Backward's placeholder now receives the moved form."""
+    placeholder.meta["val"] = moved.meta["val"]
+    placeholder.meta.pop("tensor_meta", None)
+
+
+def _before_users(bw: fx.GraphModule, placeholder: fx.Node, target, args, suffix: str) -> None:
+    """Insert the backward half right before the first reader of `placeholder` and route every reader to it.
+    `target` is one op (with `args`) or a chain of (op, args-from-previous) pairs."""
+    users = list(placeholder.users)
+    if not users:
+        return
+    order = {n: i for i, n in enumerate(bw.graph.nodes)}
+    first = min(users, key=order.__getitem__)
+    chain = target if isinstance(target, list) else [(target, lambda p, a=args: (p, *a[1:]))]
+    current = placeholder
+    with bw.graph.inserting_before(first):
+        for step, (op, make_args) in enumerate(chain):
+            node = bw.graph.call_function(op, make_args(current))
+            node.name = f"{placeholder.name}_{suffix}" + (f"_{step}" if step else "")
+            node.meta["val"] = _fake_run(op, node.args)
+            current = node
+    for user in users:
+        user.replace_input_with(placeholder, current)
+
+
+def _fake_run(target, args):
+    vals = fx.node.map_arg(args, lambda n: n.meta["val"])
+    tensor = next(v for v in vals if isinstance(v, torch.Tensor))
+    mode = getattr(tensor, "fake_mode", None)
+    if mode is None:
+        return target(*vals)
+    with mode:
+        return target(*vals)
+
+

@@ -1,0 +1,175 @@
+"""Runtime checkpoint ops in compiled graphs: offload/reload, contiguous arenas, profile, synchronize (CPU)."""
+import copy
+
+import pytest
+import torch
+
+import remat
+from remat.runtime import buffers
+
+DEVICE = torch.device("cpu")
+
+
+class Net(torch.nn.Module):
+    def __init__(self, dropout=0.1):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(256, 256), torch.nn.Linear(256, 256), torch.nn.Linear(256, 1)
+        self.drop = torch.nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.c(torch.tanh(self.b(self.drop(torch.nn.functional.gelu(self.a(x)))))).sum()
+
+
+def step(module, x, seed=3):
+    torch.manual_seed(seed)
+    for p in module.parameters():
+        p.grad = None
+    loss = module(x)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in module.parameters()], torch.rand(4)
+
+
+def assert_same(got, expected):
+    assert torch.equal(got[0], expected[0])
+    assert all(torch.equal(a, b) for a, b in zip(got[1], expected[1]))
+    assert torch.equal(got[2], expected[2])
+
+
+@pytest.mark.parametrize("budget", [None, 0.5])
+def test_offload_forced_matched_ops_and_bitwise_grads(budget):
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(64, 256)
+    expected = step(copy.deepcopy(model), x)
+    compiled = torch.compile(copy.deepcopy(model), backend="remat",
+                             options={"inner": "aot_eager", "offload": True, "memory_budget": budget})
+    assert_same(step(compiled, x), expected)
+    plan = remat.last_plan()
+    fw, bw = remat.last_graphs()
+    offloaded = plan.offloaded
+    assert offloaded and all(d.kept == d.nbytes for d in plan.decisions if d.action is remat.Action.OFFLOAD)
+    assert fw.code.count("torch.ops.remat.offload.default(") == len(offloaded)
+    assert bw.code.count("torch.ops.remat.reload.default(") == len(offloaded)
+    assert "offload" in plan.table()
+
+
+def test_offload_by_policy_only_where_asked():
+    torch.manual_seed(0)
+    model, x = Net(dropout=0.0), torch.randn(64, 256)
+    expected = step(copy.deepcopy(model), x)
+    policy = lambda node: remat.Action.OFFLOAD if node.op == "aten.tanh.default" else None  # noqa: E731
+    compiled = torch.compile(copy.deepcopy(model), backend="remat", options={"inner": "aot_eager", "policy": policy})
+    assert_same(step(compiled, x), expected)
+    plan = remat.last_plan()
+    assert [d.op for d in plan.decisions if d.action is remat.Action.OFFLOAD] == ["aten.tanh.default"]
+    assert "policy: OFFLOAD" in next(d.reason for d in plan.decisions if d.action is remat.Action.OFFLOAD)
+
+
+def test_offload_auto_keeps_everything_on_cpu():
+    # On CPU the host is the device: offloading frees nothing, so "auto" never chooses it.
+    plan = remat.explain(Net(), torch.randn(64, 256), offload="auto", memory_budget=0.5)
+    assert not plan.offloaded
+
+
+@pytest.mark.inductor
+def test_offload_compiles_with_inductor():
+    torch.manual_seed(0)
+    model, x = Net(dropout=0.0), torch.randn(64, 256)
+    expected = step(copy.deepcopy(model), x)
+    compiled = torch.compile(copy.deepcopy(model), backend="remat", options={"offload": True, "contiguous": True})
+    got = step(compiled, x)
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(got[1], expected[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    fw, bw = remat.last_graphs()
+    assert fw.code.count("remat.offload") == bw.code.count("remat.reload") > 0
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.arange(48.0).view(6, 8)[2:],  # storage offset
+    lambda: torch.arange(48.0).view(6, 8).t(),  # transposed (dense, non-contiguous)
+    lambda: torch.arange(48.0).view(6, 8)[:, ::2],  # strided
+    lambda: torch.arange(8.0).view(1, 8).expand(6, 8),  # expanded (overlapping)
+    lambda: torch.arange(48).view(6, 8) % 3 == 0,  # bool
+    lambda: torch.zeros(0, 4),  # empty
+], ids=["offset", "transposed", "strided", "expanded", "bool", "empty"])
+def test_offload_round_trip_views(make):
+    x = make()
+    host = torch.ops.remat.offload(x)
+    back = torch.ops.remat.reload(host, DEVICE)
+    assert host.untyped_storage().data_ptr() != x.untyped_storage().data_ptr() or x.numel() == 0
+    assert back.dtype == x.dtype and back.shape == x.shape and torch.equal(back, x)
+    if x.is_contiguous() or x.t().is_contiguous():
+        assert back.stride() == x.stride()  # dense layouts keep their strides
+
+
+def test_no_offload_work_under_no_grad():
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(64, 256)
+    compiled = torch.compile(copy.deepcopy(model), backend="remat",
+                             options={"inner": "aot_eager", "offload": True, "profile": True})
+    step(compiled, x)
+    profile = remat.last_plan().profile
+    assert profile.totals().calls["offload"] > 0
+    before = profile.totals()
+    with torch.no_grad():
+        out = compiled(x)
+        compiled(x)
+    assert not out.requires_grad
+    assert profile.totals() == before  # no offload, no reload, no step recorded
+    assert not streams_pending()
+
+
+def streams_pending():
+    from remat.runtime import streams
+
+    return len(streams._copy_done)
+
+
+def test_contiguous_one_arena_per_shape_set_reused_and_replanned():
+    buffers.POOL.clear()
+    torch.manual_seed(0)
+    model = Net()
+    x = torch.randn(64, 256)
+    expected = step(copy.deepcopy(model), x)
+    compiled = torch.compile(copy.deepcopy(model), backend="remat",
+                             options={"inner": "aot_eager", "contiguous": True, "memory_budget": 0.5})
+    for _ in range(4):
+        got = step(compiled, x)
+    assert_same(got, expected)
+    # the first step learns the arena size; the second allocates it; later steps reuse it
+    assert (buffers.POOL.stats.allocations, buffers.POOL.stats.reuses) == (1, 2)
+    fw, _ = remat.last_graphs()
+    assert fw.code.count("remat.arena_store") == sum(
+        1 for d in remat.last_plan().decisions if d.action is remat.Action.SAVE and d.op != "rng state" and d.nbytes)
+    bigger = torch.randn(96, 256)
+    expected = step(copy.deepcopy(model), bigger)
+    for _ in range(3):
+        got = step(compiled, bigger)  # a new shape: re-planned (a new graph), its own arena
+    assert_same(got, expected)
+    assert buffers.POOL.stats.allocations == 2
+    buffers.POOL.clear()
+
+
+def test_profile_records_each_step():
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(64, 256)
+    compiled = torch.compile(copy.deepcopy(model), backend="remat",
+                             options={"inner": "aot_eager", "profile": True, "offload": True, "memory_budget": 0.0})
+    for _ in range(3):
+        step(compiled, x)
+    plan = remat.last_plan()
+    steps = plan.profile.steps
+    assert len(steps) == 3
+    offloaded = sum(d.nbytes for d in plan.decisions if d.action is remat.Action.OFFLOAD)
+    for record in steps:
+        assert record.bytes["offload"] == record.bytes["reload"] == offloaded
+        assert record.calls["recompute"] > 0 and record.seconds["recompute"] > 0
+    assert plan.profile.totals().bytes["offload"] == 3 * offloaded
+
+
+def test_synchronize_reaches_the_ops():
+    compiled = torch.compile(Net(), backend="remat", options={"inner": "aot_eager", "offload": True,
+                                                              "synchronize": True})
+    step(compiled, torch.randn(8, 256))
+    fw, bw = remat.last_graphs()
+    assert "remat.offload.default(" in fw.code and ", -1, True)" in fw.code
