@@ -5,6 +5,9 @@
 from .annotate import Action, NodeInfo
 from .backend import compile, last_graphs, last_plan, recent_plans, remat_backend
 from .compare import SolverComparison, compare_solvers
+from . import checkpointing
+from .eager.wrappers import (apply_activation_checkpointing, checkpoint, checkpoint_sequential, checkpoint_wrapper,
+                             set_activation_checkpointing)
 from .config import RematConfig
 from .explain import explain
 from .measure import peak_memory
@@ -18,4 +21,9 @@ __all__ = [
     "Action", "BatchFit", "Baseline", "BudgetError", "Decision", "NodeInfo", "ParetoResult", "Plan", "RematConfig",
     "SolverComparison", "compare_solvers", "compile", "explain", "last_graphs", "last_plan", "max_batch", "pareto", "peak_memory",
     "plot_pareto", "plot_timeline", "recent_plans", "remat_backend", "torch_budget_points",
+]
+
+__all__ += [
+    "apply_activation_checkpointing", "checkpoint", "checkpoint_sequential", "checkpoint_wrapper", "checkpointing",
+    "set_activation_checkpointing",
 ]

@@ -117,6 +117,7 @@ def annotate(
     save_targets: tuple[frozenset, frozenset] = (frozenset(), frozenset()),
     policy: Policy | None = None,
     rng: str = "replay",
+    regions: bool = True,
 ) -> Constraints:
     """Constraints for every forward value of the joint graph. Pure."""
     nodes = {n.name: n for n in joint.graph.nodes}
@@ -163,6 +164,12 @@ def annotate(
                                  "partitioning is chosen with the partition= option, not per node")
             elif answer is not None:
                 preference[value.name] = answer
+    if regions:  # checkpoint regions the model marked: fill in what no rule above decided
+        from .regions import checkpoint_regions
+
+        marked = checkpoint_regions(joint, graph)
+        for table, extra in ((must_save, marked.must_save), (must_recompute, marked.must_recompute)):
+            table.update((n, why) for n, why in extra.items() if n not in must_save and n not in must_recompute)
     # Multi-output producers that must be saved are kept through their outputs.
     for name in [n for n in must_save if n in must_recompute]:
         del must_save[name]

@@ -14,6 +14,7 @@ from .plan.plan import Plan
 from .plan.problem import Problem, Resolved, build_problem
 from .plan.transfer import Transfer
 from .plan.solve import make_plan
+from .regions import region_count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +51,15 @@ def transfer_of(config: RematConfig) -> Transfer:
 def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig) -> Planned:
     graph = capture(joint, num_fwd_outputs)
     table = costs(joint, graph)
-    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, config.rng)
+    # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.
+    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, config.rng,
+                           regions=config.memory_budget is None)
     problem = build_problem(graph, table, constraints, transfer_of(config))
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, config.solver_time_limit)
+    if config.memory_budget is not None and (count := region_count(joint)):
+        plan = dataclasses.replace(plan, notes=plan.notes + (
+            f"{count} checkpoint region(s) marked in the model were not imposed: memory_budget decides",))
     resolved = problem.resolve(plan.recomputed)
     if config.debug:
         check_plan(problem, resolved)

@@ -62,6 +62,7 @@ class Plan:
     baseline_timeline: Timeline | None = None  # the baseline plan's timeline, for overlays
     peak_bytes_expr: sympy.Expr | None = None  # peak_bytes as a function of the dynamic sizes (sympy)
     saved_bytes_expr: sympy.Expr | None = None  # saved_bytes likewise
+    notes: tuple[str, ...] = ()  # how the plan came about beyond its decisions ("checkpoint regions not imposed")
 
     profile: object = None  # remat.runtime.profile.Profile when compiled with profile=True
 

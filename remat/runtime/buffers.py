@@ -62,6 +62,27 @@ class ArenaPool:
         self.stats.allocations += 1
         return buffer
 
+    def reserve(self, key: int, device: torch.device, nbytes: int, count: int = 0) -> None:
+        """Tell the pool that graph `key`'s steps place `nbytes` on `device` (so its first step already uses an
+        arena), and allocate up front so that at least `count` buffers that large exist (a known number of steps
+        alive at once: one allocation each, before the steps fragment the allocator)."""
+        slot = (key, device)
+        self._need[slot] = max(self._need.get(slot, 0), nbytes)
+        have = [b for b in self._buffers.setdefault(device, []) if b.numel() >= nbytes]
+        for _ in range(count - len(have)):
+            self._buffers[device].append(torch.empty(nbytes, dtype=torch.uint8, device=device))
+            self.stats.allocations += 1
+
+    def trim(self) -> int:
+        """Drop every buffer no saved view uses (their memory goes back to the allocator); buffers in use stay.
+        Returns the number dropped."""
+        dropped = 0
+        for device, held in self._buffers.items():
+            keep = [b for b in held if _in_use(b)]
+            dropped += len(held) - len(keep)
+            self._buffers[device] = keep
+        return dropped
+
     def buffers(self) -> int:
         return sum(len(b) for b in self._buffers.values())
 

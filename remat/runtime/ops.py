@@ -94,6 +94,28 @@ def _(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False
     return x.new_empty(shard_numel(x.numel(), world))
 
 
+def gather_shards(chunk: Tensor, shape: torch.Size, world: int, group=None, profile_id: int = -1,
+                  sync: bool = False) -> Tensor:
+    """The value `remat::shard` split: every rank's chunk gathered over `group` (all ranks take part), unpadded and
+    viewed back to `shape`. The eager counterpart of the sharded value's backward."""
+    import torch.distributed as dist
+
+    numel = 1
+    for size in shape:
+        numel *= size
+
+    def work() -> Tensor:
+        if world == 1:
+            return chunk[:numel].view(shape)
+        parts = [torch.empty_like(chunk) for _ in range(world)]
+        # A private copy: the process group may hold its input after the call returns (gloo drops it from its own
+        # thread), which would keep a contiguous arena slot in use into the next step.
+        dist.all_gather(parts, chunk.clone(), group=group)
+        return torch.cat(parts)[:numel].view(shape)
+
+    return _timed(profile_id, "gather", chunk.numel() * chunk.element_size() * world, sync, chunk.device, work)
+
+
 @torch.library.custom_op(f"{_LIB}::arena_store", mutates_args=())
 def arena_store(x: Tensor, key: int, num_slots: int, profile_id: int = -1, sync: bool = False) -> Tensor:
     nbytes = x.numel() * x.element_size()

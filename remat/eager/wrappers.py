@@ -1,0 +1,230 @@
+"""The checkpointing calls of SageMaker smp, FairScale and modalities, on remat's region engine.
+
+- smp: `checkpoint(module_or_fn, *args, **kwargs)`, `checkpoint_sequential(seq, input, strategy=...)`,
+  `set_activation_checkpointing(module, ...)`.
+- FairScale: `checkpoint_wrapper(module, offload_to_cpu=False)`.
+- modalities: `apply_activation_checkpointing(model, variant, layers_fqn, ac_freq=None, save_ops=None)`.
+
+Wrapping patches the module's `forward` in place (the module, its class and its state_dict keys stay the same) and
+returns the module. Each wrapped forward is one region: recomputed once in backward, or traced as a marked region
+inside torch.compile.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+import functools
+import re
+import weakref
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import nn
+
+from ..config import resolve_op
+from . import region
+from .region import RegionOptions
+from .stash import StashOptions
+
+__all__ = ["apply_activation_checkpointing", "checkpoint", "checkpoint_sequential", "checkpoint_wrapper",
+           "set_activation_checkpointing"]
+
+_STRATEGY_RE = re.compile(r"group_([1-9]\d*)")
+_STRATEGY_FORMS = "'each', 'contiguous' or 'group_N' with N a positive int (e.g. 'group_2')"
+# modalities' default save set: matmuls, both fused attention kernels, max, reduce-scatter.
+DEFAULT_SAVE_OPS = ("aten.mm.default", "aten._scaled_dot_product_efficient_attention.default",
+                    "aten._scaled_dot_product_flash_attention.default", "aten.max.default",
+                    "_c10d_functional.reduce_scatter_tensor.default")
+_VARIANTS = {
+    "full": "full", "full_activation_checkpointing": "full",
+    "selective_layer": "selective_layer", "selective_layer_activation_checkpointing": "selective_layer",
+    "selective_op": "selective_op", "selective_op_activation_checkpointing": "selective_op",
+}
+
+
+def checkpoint(module_or_fn: Callable[..., Any], *args: Any, preserve_rng_state: bool = True, **kwargs: Any) -> Any:
+    """`module_or_fn(*args, **kwargs)` as one checkpointed region (smp.checkpoint)."""
+    if not callable(module_or_fn):
+        raise TypeError(f"checkpoint(module_or_fn={module_or_fn!r}): expected an nn.Module or a callable")
+    return region.run(module_or_fn, args, kwargs, region.plain(preserve_rng_state), "remat.checkpoint")
+
+
+def checkpoint_sequential(sequential: nn.Sequential, input: Any, strategy: str = "each",
+                          preserve_rng_state: bool = True, pack_args_as_tuple: bool = False) -> Any:
+    """Run an nn.Sequential with its children grouped into checkpointed regions (smp.checkpoint_sequential):
+    "each" child its own region, "group_N" N consecutive children per region, "contiguous" one region for all.
+    A child's tuple output is unpacked into the next child's arguments unless `pack_args_as_tuple`."""
+    if not isinstance(sequential, nn.Sequential):
+        raise TypeError(f"checkpoint_sequential(sequential={type(sequential).__name__}): expected an nn.Sequential; "
+                        "wrap a single module with remat.checkpoint or remat.checkpoint_wrapper instead")
+    children = list(sequential)
+    size = group_size(strategy, len(children))
+    args = _as_args(input, pack_args_as_tuple)
+    options = region.plain(preserve_rng_state)
+    out = input
+    for start in range(0, len(children), size):
+        run_group = functools.partial(_run_children, tuple(children[start:start + size]), pack_args_as_tuple)
+        out = region.run(run_group, args, {}, options, "remat.checkpoint_sequential")
+        args = _as_args(out, pack_args_as_tuple)
+    return out
+
+
+def group_size(strategy: str, count: int) -> int:
+    """Children per region for an smp strategy name."""
+    if strategy == "each":
+        return 1
+    if strategy == "contiguous":
+        return max(count, 1)
+    match = _STRATEGY_RE.fullmatch(strategy) if isinstance(strategy, str) else None
+    if match is None:
+        raise ValueError(f"strategy={strategy!r}: expected {_STRATEGY_FORMS}")
+    return int(match.group(1))
+
+
+def _as_args(value: Any, packed: bool) -> tuple:
+    return value if isinstance(value, tuple) and not packed else (value,)
+
+
+def _run_children(children: tuple[nn.Module, ...], packed: bool, *args: Any) -> Any:
+    out = None
+    for child in children:
+        out = child(*args)
+        args = _as_args(out, packed)
+    return out
+
+
+def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = True, pack_args_as_tuple: bool = False,
+                                 strategy: str = "each") -> nn.Module:
+    """Checkpoint `module`'s forward from now on (smp.set_activation_checkpointing). An nn.Sequential runs its
+    children by `strategy`; an nn.ModuleList has each layer checkpointed ("each" only: the list has no forward)."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"set_activation_checkpointing(module={module!r}): expected an nn.Module")
+    if isinstance(module, nn.ModuleList):
+        if strategy != "each":
+            group_size(strategy, len(module))
+            raise ValueError(f"strategy={strategy!r}: an nn.ModuleList has no forward to group its layers in; "
+                             "use strategy='each', or put the layers in an nn.Sequential")
+        for layer in module:
+            set_activation_checkpointing(layer, preserve_rng_state, pack_args_as_tuple, strategy)
+        return module
+    group_size(strategy, 1)
+    sequential = isinstance(module, nn.Sequential)
+    return _patch(module, Spec("remat.set_activation_checkpointing", preserve_rng_state,
+                               strategy=strategy if sequential else None, pack_args_as_tuple=pack_args_as_tuple))
+
+
+def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False) -> nn.Module:
+    """Checkpoint `module`'s forward (FairScale's checkpoint_wrapper): keyword and keyword-only arguments,
+    non-tensor inputs and outputs pass through; with `offload_to_cpu` its inputs wait for backward in host memory.
+    Returns the same module."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"checkpoint_wrapper(module={module!r}): expected an nn.Module")
+    if not isinstance(offload_to_cpu, bool):
+        raise TypeError(f"offload_to_cpu={offload_to_cpu!r}: expected True or False")
+    return _patch(module, Spec("remat.checkpoint_wrapper", offload=offload_to_cpu))
+
+
+def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum, layers_fqn: str,
+                                   ac_freq: int | None = None, save_ops: Iterable[Any] | None = None) -> nn.Module:
+    """Checkpoint the layers of the nn.ModuleList at `layers_fqn` (modalities): "full" every layer,
+    "selective_layer" every `ac_freq`-th (layers ac_freq-1, 2*ac_freq-1, ...), "selective_op" every layer but the
+    outputs of `save_ops` are saved rather than recomputed (default: mm, both fused attention kernels, max,
+    reduce_scatter). Returns the model."""
+    kind = _variant(variant)
+    try:
+        layers = model.get_submodule(layers_fqn)
+    except AttributeError as exc:
+        raise ValueError(f"layers_fqn={layers_fqn!r}: {exc}") from None
+    if not isinstance(layers, nn.ModuleList):
+        raise TypeError(f"layers_fqn={layers_fqn!r} is a {type(layers).__name__}; expected the path of an "
+                        "nn.ModuleList of layers, e.g. 'transformer.h'")
+    if ac_freq is not None and (isinstance(ac_freq, bool) or not isinstance(ac_freq, int) or ac_freq <= 0):
+        raise ValueError(f"ac_freq={ac_freq!r}: expected a positive int (checkpoint every ac_freq-th layer)")
+    if kind == "selective_layer" and ac_freq is None:
+        raise ValueError("ac_freq=None: variant 'selective_layer' needs ac_freq, a positive int")
+    saved = _save_set(DEFAULT_SAVE_OPS if save_ops is None else save_ops) if kind == "selective_op" else ()
+    spec = Spec(f"remat.apply_activation_checkpointing({kind})", save_ops=saved)
+    for index, layer in enumerate(layers):
+        if kind == "selective_layer" and (index + 1) % ac_freq:
+            continue
+        _patch(layer, spec)
+    return model
+
+
+def _variant(variant: str | enum.Enum) -> str:
+    name = variant
+    if isinstance(variant, enum.Enum):
+        name = variant.value if isinstance(variant.value, str) else variant.name
+    key = name.lower() if isinstance(name, str) else None
+    if key not in _VARIANTS:
+        raise ValueError(f"variant={variant!r}: expected 'full', 'selective_layer' or 'selective_op' (or "
+                         "FULL_/SELECTIVE_LAYER_/SELECTIVE_OP_ACTIVATION_CHECKPOINTING)")
+    return _VARIANTS[key]
+
+
+def _save_set(save_ops: Iterable[Any]) -> tuple[str, ...]:
+    """The save ops as checked, sorted op names."""
+    if isinstance(save_ops, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        save_ops = [save_ops]
+    entries = list(save_ops)
+    if not entries:
+        raise ValueError("save_ops=[]: an empty save set recomputes everything, which is variant 'full'; pass op "
+                         "names such as ['aten.mm'], or None for the default set")
+    names = set()
+    for entry in entries:
+        if isinstance(entry, str) and entry.startswith("ops."):
+            entry = entry[len("ops."):]  # modalities' save_ops_keys: "ops.aten.mm.default"
+        try:
+            names.add(str(resolve_op(entry)))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"save_ops: {exc}") from None
+    return tuple(sorted(names))
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """How a wrapped module's forward is checkpointed: plain data, so the wrapping copies and pickles."""
+
+    where: str  # the API that wrapped it, for messages
+    preserve_rng_state: bool = True
+    offload: bool = False
+    save_ops: tuple[str, ...] = ()  # op names ("aten.mm.default") whose outputs are saved
+    strategy: str | None = None  # an nn.Sequential run by checkpoint_sequential with this strategy
+    pack_args_as_tuple: bool = False
+
+
+class CheckpointedForward:
+    """A module's forward, checkpointed; set as the instance's `forward`. It refers to its module weakly (no
+    cycle), is copied with it by copy.deepcopy (the copy runs the copied module) and pickles with it."""
+
+    def __init__(self, module: nn.Module, spec: Spec, inner: Callable[..., Any] | None = None):
+        self._module = weakref.ref(module)
+        self.spec = spec
+        self.inner = inner  # a forward set on the instance before remat's, if any
+        self.options = RegionOptions(
+            preserve_rng_state=spec.preserve_rng_state, stash=StashOptions(offload=spec.offload),
+            save_ops=frozenset(resolve_op(name) for name in spec.save_ops))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module, s = self._module(), self.spec
+        if s.strategy is not None:
+            return checkpoint_sequential(module, *args, strategy=s.strategy, preserve_rng_state=s.preserve_rng_state,
+                                         pack_args_as_tuple=s.pack_args_as_tuple)
+        original = self.inner if self.inner is not None else functools.partial(type(module).forward, module)
+        return region.run(original, args, kwargs, self.options, s.where)
+
+    def __deepcopy__(self, memo: dict) -> "CheckpointedForward":
+        module = self._module()
+        return CheckpointedForward(memo.get(id(module), module), self.spec, copy.deepcopy(self.inner, memo))
+
+    def __reduce__(self):
+        return CheckpointedForward, (self._module(), self.spec, self.inner)
+
+
+def _patch(module: nn.Module, spec: Spec) -> nn.Module:
+    """Checkpoint `module`'s forward as `spec` says; wrapping twice replaces the first wrapping."""
+    existing = module.__dict__.get("forward")
+    inner = existing.inner if isinstance(existing, CheckpointedForward) else existing
+    module.forward = CheckpointedForward(module, spec, inner)
+    return module
