@@ -100,8 +100,11 @@ def brute_force(problem, resolved, at):
     for owner, first, final in life.spans:
         for step in range(first, final + 1):
             live[step] += nbytes[owner]
+    for size, first, final in life.extra_spans:  # generator states of replayed random ops: fixed sizes
+        for step in range(first, final + 1):
+            live[step] += size
     saved = sum(int(graph[n].nbytes_expr.xreplace(at)) for n in life.saved_spans)
-    return max(live), saved
+    return max(live), saved + sum(size for size, _, _ in life.extra_spans)
 
 
 SIZES = [(1, 1), (2, 3), (3, 32), (8, 2), (5, 17), (64, 1), (1, 4096)]
@@ -114,7 +117,7 @@ def test_reduced_max_equals_the_max_over_every_step(gpt_joints):
     for budget in (None, 0.5, 0.0):
         p = planned(dynamic, budget)
         peak, saved = symbolic_memory(p.problem, p.resolved)
-        assert isinstance(peak, sympy.Max) and len(peak.args) <= 8
+        assert isinstance(peak, sympy.Max) and len(peak.args) <= 12
         batch, seq = batch_and_seq(p.problem.graph)
         for sizes in SIZES:
             at = {batch: sympy.Integer(sizes[0]), seq: sympy.Integer(sizes[1])}

@@ -44,22 +44,28 @@ def symbolic_memory(problem: Problem, resolved: Resolved) -> tuple[sympy.Expr, s
     saved: dict[int, Coefficient] = {}
     for name in life.saved_spans:
         _accumulate(saved, owner_vectors.get(index[name]) or terms.decompose(graph[name].nbytes_expr), 1)
+    # Saved bytes that are no graph value (generator states of replayed random ops, shards) are fixed sizes here:
+    # a generator state does not scale; a shard is taken at its size at the hint.
+    extra_vectors = [terms.decompose(sympy.Integer(size)) for size, _, _ in life.extra_spans]
+    for vector in extra_vectors:
+        _accumulate(saved, vector, 1)
     saved_expr = terms.expression(_vector(saved))
 
     num_steps = len(life.fw) + len(life.bw)
     starts: list[list[int]] = [[] for _ in range(num_steps + 1)]
     ends: list[list[int]] = [[] for _ in range(num_steps + 1)]
-    for owner, first, final in life.spans:
-        starts[first].append(owner)
-        ends[final + 1].append(owner)
+    vectors = [owner_vectors[owner] for owner, _, _ in life.spans] + extra_vectors
+    for k, (_, first, final) in enumerate(list(life.spans) + list(life.extra_spans)):
+        starts[first].append(k)
+        ends[final + 1].append(k)
     live: dict[int, Coefficient] = {}
     distinct: set[Vector] = set()
     for step in range(num_steps):
         changed = bool(starts[step] or ends[step])
-        for owner in ends[step]:
-            _accumulate(live, owner_vectors[owner], -1)
-        for owner in starts[step]:
-            _accumulate(live, owner_vectors[owner], 1)
+        for k in ends[step]:
+            _accumulate(live, vectors[k], -1)
+        for k in starts[step]:
+            _accumulate(live, vectors[k], 1)
         if changed or step == 0:
             distinct.add(_vector(live))
     frontier = _undominated(distinct, terms)
