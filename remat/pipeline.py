@@ -31,11 +31,13 @@ def refuse_unavailable(config: RematConfig) -> None:
                              f"{option} is not available yet — leave it at {off!r}")
 
 
-def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig) -> Planned:
+def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
+               hooked: frozenset[str] = frozenset()) -> Planned:
+    """Plan one joint graph; `hooked` names the dynamo-graph nodes that carry tensor hooks (capture.hooked_nodes)."""
     refuse_unavailable(config)
     graph = capture(joint, num_fwd_outputs)
     table = costs(joint, graph)
-    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy)
+    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, hooked)
     problem = build_problem(graph, table, constraints)
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, config.solver_time_limit)
