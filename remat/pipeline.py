@@ -41,7 +41,7 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
     problem = build_problem(graph, table, constraints)
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, config.solver_time_limit)
-    resolved = problem.resolve(plan.recomputed)
+    resolved = plan.resolved  # the sets the simulator scored are the sets the rewrite builds
     if config.debug:
-        check_plan(problem, resolved)
+        check_plan(plan)
     return Planned(plan, problem, resolved)

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import sympy
 
 from .. import report
 from ..annotate import Action
 from .simulate import Timeline
+
+if TYPE_CHECKING:
+    from .problem import Problem, Resolved
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +56,9 @@ class Plan:
     baseline_timeline: Timeline | None = None  # the baseline plan's timeline, for overlays
     peak_bytes_expr: sympy.Expr | None = None  # peak_bytes as a function of the dynamic sizes (sympy)
     saved_bytes_expr: sympy.Expr | None = None  # saved_bytes likewise
+    # The graph facts the plan was made for and its saved/recomputed sets, so `remat.check_plan(plan)` can check it.
+    problem: Problem | None = dataclasses.field(default=None, compare=False, repr=False)
+    resolved: Resolved | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def saved(self) -> tuple[str, ...]:

@@ -127,4 +127,6 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
         forward_flops=sum(problem.costs[n] for n in forward_order(problem, resolved)),
         peak_bytes_expr=peak_expr,
         saved_bytes_expr=saved_expr,
+        problem=problem,
+        resolved=resolved,
     )
