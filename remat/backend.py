@@ -108,7 +108,7 @@ def remat_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ma
 
 def compile(model: Any, *, dynamic: bool | None = None, fullgraph: bool = False, **fields: Any):
     """`torch.compile(model, backend="remat", options=fields)` with the fields checked up front."""
-    config = RematConfig(**fields)
+    config = RematConfig.from_options(fields)  # an unknown field is named with the closest valid one
     refuse_unavailable(config)
     return torch.compile(model, backend=_Backend(config), dynamic=dynamic, fullgraph=fullgraph)
 

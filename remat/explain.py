@@ -62,7 +62,7 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
 
 
 def explain_all(model: Callable[..., Any], *inputs: Any, **fields: Any) -> list[Planned]:
-    config = RematConfig(**fields)
+    config = RematConfig.from_options(fields)
     return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked) for c in capture_joints(model, *inputs)]
 
 
