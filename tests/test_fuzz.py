@@ -138,3 +138,17 @@ def test_fuzz(seed, monkeypatch):
         got = [got_loss.detach()] + got_grads
         bad = [i for i, (a, b) in enumerate(zip(got, want)) if not torch.equal(a, b)]
         assert not bad and len(got) == len(want), f"{where}: mismatch in outputs {bad} (0 = loss)"
+
+
+def test_optimal_reports_the_least_peak_it_reached():
+    """Found by the long run (graph seed 322): under an unreachable budget the optimal solver's MILP reached a lower
+    peak than its least-peak search, and the plan reported the higher figure as the least reachable."""
+    rng = random.Random(1_000_003 * 322 + 17)
+    model, (x,) = random_model(322, size=rng.randint(6, 14), kinds=FUZZ_KINDS)
+    (joint, _, num_fwd), _ = trace_joint(model, x.requires_grad_())
+    config = RematConfig(memory_budget=241_319, solver="optimal", solver_time_limit=5.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = plan_joint(joint, num_fwd, config).plan
+    assert not plan.feasible and plan.peak_bytes == plan.least_peak_bytes
+    assert f"({plan.least_peak_bytes} bytes)" in str(caught[-1].message)  # the warning names the same figure

@@ -60,6 +60,8 @@ def make_plan(
     gap = None
     if solver == "optimal":
         chosen, bound = optimal.solve(problem, budget, evaluator, time_limit)
+        # The MILP run for this budget can reach below the least-peak search's result: report what was reached.
+        least = min(least, chosen.peak)
         if bound is not None and chosen.cost > 0:
             gap = max(0.0, (chosen.cost - bound) / chosen.cost)
         elif bound is not None:
