@@ -13,14 +13,16 @@ from .explain import explain
 from .measure import peak_memory
 from .pareto import ParetoResult, pareto, torch_budget_points
 from .plots import plot_pareto, plot_timeline
+from .plan.check import PlanInvariantError, check_plan
 from .plan.plan import Baseline, Decision, Plan
 from .plan.solve import BudgetError
 from .sizing import BatchFit, max_batch
 
 __all__ = [
-    "Action", "BatchFit", "Baseline", "BudgetError", "Decision", "NodeInfo", "ParetoResult", "Plan", "RematConfig",
-    "SolverComparison", "compare_solvers", "compile", "explain", "last_graphs", "last_plan", "max_batch", "pareto", "peak_memory",
-    "plot_pareto", "plot_timeline", "recent_plans", "remat_backend", "torch_budget_points",
+    "Action", "BatchFit", "Baseline", "BudgetError", "Decision", "NodeInfo", "ParetoResult", "Plan",
+    "PlanInvariantError", "RematConfig", "SolverComparison", "check_plan", "compare_solvers", "compile", "explain",
+    "last_graphs", "last_plan", "max_batch", "pareto", "peak_memory", "plot_pareto", "plot_timeline", "recent_plans",
+    "remat_backend", "torch_budget_points",
 ]
 
 __all__ += [

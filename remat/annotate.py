@@ -75,6 +75,10 @@ def _graph_rule(value: Value, graph: Graph, must_save: dict[str, str], rng: str)
         return f"{value.op} mutates its input"
     if "nondeterministic_bitwise" in value.tags:
         return f"{value.op} is not bitwise deterministic"
+    mutated = [i for i in value.inputs if i in graph.mutated_inputs]
+    if mutated:
+        return (f"reads input {mutated[0]}, which the step mutates in place: recomputed in backward it would read "
+                "the new value")
     if value.op == "getitem" and value.inputs and value.inputs[0] in must_save:
         return f"output of {value.inputs[0]}: " + must_save[value.inputs[0]]
     return None
@@ -103,6 +107,28 @@ def rng_state_bytes(device: str) -> int:
     return torch.get_rng_state().numel() if device == "cpu" else 16
 
 
+def _hooked_values(graph: Graph, hooked: frozenset[str]) -> dict[str, str]:
+    """The forward values that tensor hooks are registered on, with the reason they are kept.
+
+    A dynamo node may trace to several joint nodes (a LayerNorm to its output, mean and rstd); the hooked tensor is
+    the one the rest of the forward reads, or that the forward returns. A hooked view is kept through its base.
+    """
+    if not hooked:
+        return {}
+    outputs = set(graph.fw_outputs)
+    found: dict[str, str] = {}
+    for value in graph.values:
+        if value.role is not Role.FORWARD or value.origin not in hooked or not value.is_tensor:
+            continue
+        read_on = value.name in outputs or any(
+            graph[u].role is Role.FORWARD and graph[u].origin != value.origin for u in value.users)
+        owner = graph[value.storage]
+        if read_on and owner.role is Role.FORWARD:
+            found[owner.name] = (f"tensor hook registered on {value.origin}: a hooked value is kept as the forward "
+                                 "computed it, never recomputed")
+    return found
+
+
 def _matches(target: object, save_targets: tuple[frozenset, frozenset]) -> bool:
     packets, overloads = save_targets
     if not isinstance(target, torch._ops.OpOverload):
@@ -118,18 +144,21 @@ def annotate(
     policy: Policy | None = None,
     rng: str = "replay",
     regions: bool = True,
+    hooked: frozenset[str] = frozenset(),
 ) -> Constraints:
-    """Constraints for every forward value of the joint graph. Pure."""
+    """Constraints for every forward value of the joint graph. `hooked` names the dynamo-graph nodes that carry a
+    tensor hook (capture.hooked_nodes). Pure."""
     nodes = {n.name: n for n in joint.graph.nodes}
     must_save: dict[str, str] = {}
     must_recompute: dict[str, str] = {}
     preference: dict[str, Action] = {}
     replay: dict[str, int] = {}
     must_offload: dict[str, str] = {}
+    observed = _hooked_values(graph, hooked)
     for value in graph.values:
         if value.role is not Role.FORWARD:
             continue
-        rule = _graph_rule(value, graph, must_save, rng)
+        rule = _graph_rule(value, graph, must_save, rng) or observed.get(value.name)
         if rule is None and "nondeterministic_seeded" in value.tags:
             replay[value.name] = rng_state_bytes(value.device)
         if value.is_multi:

@@ -15,6 +15,7 @@ import torch
 import torch.fx as fx
 
 from . import _torch
+from .capture import hooked_nodes
 from .config import RematConfig
 from .pipeline import partition_group, plan_joint
 from .plan.agree import check_ranks_agree
@@ -56,13 +57,14 @@ def _record(plan: Plan) -> None:
 class Partitioner:
     """remat's partition function: plans the joint graph and returns (forward module, backward module)."""
 
-    def __init__(self, config: RematConfig):
+    def __init__(self, config: RematConfig, hooked: frozenset[str] = frozenset()):
         self.config = config
+        self.hooked = hooked  # dynamo-graph nodes with tensor hooks: saved, never recomputed
 
     def __call__(self, joint: fx.GraphModule, joint_inputs: Sequence[Any], *, num_fwd_outputs: int,
                  static_lifetime_input_indices: Sequence[int] | None = None, **_: Any):
         config = self.config
-        planned = plan_joint(joint, num_fwd_outputs, config)
+        planned = plan_joint(joint, num_fwd_outputs, config, self.hooked)
         plan = planned.plan
         group = partition_group(config)
         if group is not None:
@@ -90,8 +92,8 @@ _HookBase = _torch.custom_partitioner_base() or object
 class InductorPartitioner(_HookBase):  # type: ignore[misc, valid-type]
     """remat's partitioner in inductor's custom-partitioner hook (inductor runs its joint-graph passes first)."""
 
-    def __init__(self, config: RematConfig):
-        self.partitioner = Partitioner(config)
+    def __init__(self, config: RematConfig, hooked: frozenset[str] = frozenset()):
+        self.partitioner = Partitioner(config, hooked)
 
     def __call__(self, gm, joint_inputs, **kwargs):
         kwargs.pop("compiler", None)
@@ -99,7 +101,7 @@ class InductorPartitioner(_HookBase):  # type: ignore[misc, valid-type]
 
     def uuid(self):
         # The compile cache must not reuse a graph partitioned under another config.
-        return f"remat:{self.partitioner.config!r}"
+        return f"remat:{self.partitioner.config!r}:{sorted(self.partitioner.hooked)}"
 
     def __getstate__(self):
         # Only inductor's cache key pickles the hook; a policy callable may not pickle, its uuid does.
@@ -110,20 +112,21 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Rem
     """Compile one dynamo graph with remat's partitioner and the configured inner compiler."""
     from torch._dynamo.backends.common import aot_autograd
 
+    hooked = hooked_nodes(gm)
     if config.inner == "inductor":
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
         if _HookBase is not object and not force_fallback:
-            hook = InductorPartitioner(config)
+            hook = InductorPartitioner(config, hooked)
             return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": hook})
         from torch._inductor.decomposition import select_decomp_table
 
         return aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner,
-                            partition_fn=Partitioner(config), decompositions=select_decomp_table(),
+                            partition_fn=Partitioner(config, hooked), decompositions=select_decomp_table(),
                             keep_inference_input_mutations=True)(gm, example_inputs)
     # "eager" runs the planned modules op by op through fx.Interpreter (slowest, easiest to debug).
     inner = _torch.boxed_nop() if config.inner == "aot_eager" else _torch.boxed_interpreter
-    return aot_autograd(fw_compiler=inner, bw_compiler=inner, partition_fn=Partitioner(config),
+    return aot_autograd(fw_compiler=inner, bw_compiler=inner, partition_fn=Partitioner(config, hooked),
                         keep_inference_input_mutations=True)(gm, example_inputs)
 
 
@@ -138,7 +141,7 @@ def remat_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ma
 
 def compile(model: Any, *, dynamic: bool | None = None, fullgraph: bool = False, **fields: Any):
     """`torch.compile(model, backend="remat", options=fields)` with the fields checked up front."""
-    config = RematConfig(**fields)
+    config = RematConfig.from_options(fields)  # an unknown field is named with the closest valid one
     partition_group(config)  # fail now, not at the first call, when partition has no process group
     return torch.compile(model, backend=_Backend(config), dynamic=dynamic, fullgraph=fullgraph)
 

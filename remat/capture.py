@@ -47,6 +47,7 @@ class Value:
     module_path: str  # "blocks.3.attn" from the node's module stack, "" if unknown
     tags: frozenset[str]  # torch.Tag names of the op, plus remat's own markers
     device: str = ""  # device type of the (first) tensor it returns: "cpu", "cuda"; "" if none
+    origin: str = ""  # the node of the dynamo graph this node was traced from ("" if unknown)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Graph:
     fw_outputs: tuple[str, ...]  # names of the user-visible forward outputs
     bw_outputs: tuple[str, ...]  # names of the gradient outputs
     symbols: tuple[str, ...]  # free symbols of the byte expressions (dynamic shapes)
+    mutated_inputs: tuple[str, ...] = ()  # primals the step mutates in place (their new value is a forward output)
     by_name: Mapping[str, Value] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -111,6 +113,21 @@ def returns_alias(target: object) -> bool:
         return False
     info = target._schema.returns[0].alias_info
     return info is not None and not info.is_write
+
+
+def _origin(node: fx.Node) -> str:
+    sources = node.meta.get("from_node") or ()
+    return str(getattr(sources[0], "name", "")) if sources else ""
+
+
+def hooked_nodes(gm: fx.GraphModule) -> frozenset[str]:
+    """Names of the nodes of a dynamo graph that a tensor hook is registered on (`tensor.register_hook` inside the
+    compiled region, traced as the register_hook higher-order op)."""
+    return frozenset(
+        n.args[0].name for n in gm.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.HigherOrderOperator)
+        and n.target.name() == "register_hook" and n.args and isinstance(n.args[0], fx.Node)
+    )
 
 
 def _tags(node: fx.Node) -> frozenset[str]:
@@ -233,12 +250,30 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int) -> Graph:
             module_path=_module_path(node),
             tags=tags[node.target] if node.target in tags else tags.setdefault(node.target, _tags(node)),
             device=_device(val),
+            origin=_origin(node),
         ))
 
     out_args = [a for a in _flat_outputs(nodes[-1])]
     fw_out = tuple(a.name for a in out_args[:num_fwd_outputs] if isinstance(a, fx.Node))
     bw_out = tuple(a.name for a in out_args[num_fwd_outputs:] if isinstance(a, fx.Node))
-    return Graph(tuple(values), num_fwd_outputs, fw_out, bw_out, tuple(sorted(symbols)))
+    return Graph(tuple(values), num_fwd_outputs, fw_out, bw_out, tuple(sorted(symbols)), _mutated_inputs(nodes))
+
+
+def _mutated_inputs(nodes: list[fx.Node]) -> tuple[str, ...]:
+    """Primals the step overwrites in place: written by a mutating op kept in the graph (`copy_(primals_1, mul)`,
+    as aot_autograd emits with keep_inference_input_mutations), or functionalized into an extra forward output that
+    aot_autograd's runtime copies back (found through the output descriptors it records)."""
+    written = set()
+    for node in nodes:
+        target = node.target
+        if node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            for arg, spec in zip(node.args, target._schema.arguments):
+                if isinstance(arg, fx.Node) and spec.alias_info is not None and spec.alias_info.is_write:
+                    written.add(arg.name)
+    descs = nodes[-1].meta.get("desc") or ()
+    mutated = [getattr(d, "mutated_input", None) for d in descs if type(d).__name__ == "InputMutationAOTOutput"]
+    return tuple(n.name for n in nodes if n.op == "placeholder"
+                 and (n.name in written or (mutated and n.meta.get("desc") in mutated)))
 
 
 def _device(val: Any) -> str:

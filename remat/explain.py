@@ -16,6 +16,7 @@ from .pipeline import Planned, plan_joint
 class Captured:
     joint: fx.GraphModule
     num_fwd_outputs: int
+    hooked: frozenset[str] = frozenset()  # dynamo-graph nodes with tensor hooks (capture.hooked_nodes)
 
 
 def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None = None) -> list[Captured]:
@@ -26,15 +27,25 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
 
     from ._torch import boxed_nop
 
+    from .capture import hooked_nodes
+
     joints: list[Captured] = []
+    hooked: list[frozenset[str]] = []
 
     def keep(joint, _inputs, *, num_fwd_outputs, **_kw):
-        joints.append(Captured(joint, num_fwd_outputs))
+        joints.append(Captured(joint, num_fwd_outputs, hooked[-1]))
         from torch._functorch.partitioners import default_partition
 
         return default_partition(joint, _inputs, num_fwd_outputs=num_fwd_outputs)
 
-    backend = aot_autograd(fw_compiler=boxed_nop(), bw_compiler=boxed_nop(), partition_fn=keep)
+    # The same aot_autograd settings as the backend, so explain plans the graph a compile would plan.
+    aot = aot_autograd(fw_compiler=boxed_nop(), bw_compiler=boxed_nop(), partition_fn=keep,
+                       keep_inference_input_mutations=True)
+
+    def backend(gm, example_inputs):
+        hooked.append(hooked_nodes(gm))
+        return aot(gm, example_inputs)
+
     target = copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
     with torch.random.fork_rng(devices=[]):
         torch._dynamo.reset()
@@ -51,8 +62,8 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
 
 
 def explain_all(model: Callable[..., Any], *inputs: Any, **fields: Any) -> list[Planned]:
-    config = RematConfig(**fields)
-    return [plan_joint(c.joint, c.num_fwd_outputs, config) for c in capture_joints(model, *inputs)]
+    config = RematConfig.from_options(fields)
+    return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked) for c in capture_joints(model, *inputs)]
 
 
 def explain(model: Callable[..., Any], *inputs: Any, **fields: Any):

@@ -48,19 +48,21 @@ def transfer_of(config: RematConfig) -> Transfer:
                     rank=rank)
 
 
-def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig) -> Planned:
+def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
+               hooked: frozenset[str] = frozenset()) -> Planned:
+    """Plan one joint graph; `hooked` names the dynamo-graph nodes that carry tensor hooks (capture.hooked_nodes)."""
     graph = capture(joint, num_fwd_outputs)
     table = costs(joint, graph)
     # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.
     constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, config.rng,
-                           regions=config.memory_budget is None)
+                           regions=config.memory_budget is None, hooked=hooked)
     problem = build_problem(graph, table, constraints, transfer_of(config))
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, config.solver_time_limit)
     if config.memory_budget is not None and (count := region_count(joint)):
         plan = dataclasses.replace(plan, notes=plan.notes + (
             f"{count} checkpoint region(s) marked in the model were not imposed: memory_budget decides",))
-    resolved = problem.resolve(plan.recomputed)
+    resolved = plan.resolved  # the sets the simulator scored are the sets the rewrite builds
     if config.debug:
-        check_plan(problem, resolved)
+        check_plan(plan)
     return Planned(plan, problem, resolved)

@@ -5,6 +5,8 @@ residual adds, reductions broadcast back, views (transpose, reshape, slices) and
 live tensors, and wraps it in an nn.Module whose forward interprets it and returns a scalar loss. The program is
 plain data drawn from `random.Random(seed)` and the weights from a seeded `torch.Generator`, so the same seed gives
 the same joint graph. Every tensor is at most 256×256 fp32, so planning one model takes milliseconds.
+`kinds=FUZZ_KINDS` adds random ops (dropout), in-place ops on activations, multi-output ops (layer_norm), softmax,
+max-reductions broadcast both ways, non-contiguous reshapes, chunks joined back, expanded slices and rolls.
 
 `synthetic_chain(n_layers)` is a deep residual MLP (Linear → GELU → LayerNorm → residual add per layer) whose joint
 graph grows linearly with depth: 26 nodes per layer, 10,017 nodes at 385 layers.
@@ -20,6 +22,9 @@ import torch.nn.functional as F
 POINTWISE = ("sin", "cos", "tanh", "exp", "relu", "gelu", "sigmoid")
 JOINS = ("add", "mul")
 KINDS = ("chain", "matmul", "diamond", "residual", "reduce", "transpose", "reshape", "slice", "bias")
+EXTRA_KINDS = ("dropout", "inplace", "layernorm", "softmax", "broadcast", "permute", "chunk", "expand", "roll")
+FUZZ_KINDS = KINDS + EXTRA_KINDS
+INPLACE = ("tanh_", "sigmoid_", "relu_")
 WIDTHS = (64, 128)
 BATCHES = (32, 64, 128, 256)
 
@@ -90,11 +95,40 @@ class RandomModel(nn.Module):
             return torch.cat([pointwise(ops[0], t[:, :half]), pointwise(ops[1], t[:, half:])], dim=1)
         if kind == "bias":
             return pointwise(ops[0], t + getattr(self, param))
-        raise ValueError(f"unknown step kind {kind!r}; expected one of {KINDS}")
+        return self.extra_step(kind, args, ops)
+
+    def extra_step(self, kind: str, args: list[torch.Tensor], ops: tuple[str, ...]) -> torch.Tensor:
+        t = args[0]
+        if kind == "dropout":
+            return F.dropout(pointwise(ops[0], t), p=float(ops[1]), training=True)
+        if kind == "inplace":  # an activation overwritten in place (its own backward reads the result)
+            u = t * 1.5
+            getattr(u, ops[0])()
+            return u
+        if kind == "layernorm":  # a multi-output op: output, mean, rstd
+            return pointwise(ops[0], F.layer_norm(t, (self.width,)))
+        if kind == "softmax":
+            dim = int(ops[1])
+            return pointwise(ops[0], t.softmax(dim=dim) * t.shape[dim])
+        if kind == "broadcast":  # (1, W) and (B, 1) reductions broadcast back over (B, W)
+            return pointwise(ops[0], t * t.mean(dim=0, keepdim=True) + t.amax(dim=1, keepdim=True))
+        if kind == "permute":  # a reshape of a non-contiguous view copies
+            half = self.width // 2
+            return pointwise(ops[0], t.view(self.batch, 2, half).transpose(1, 2).reshape(self.batch, self.width))
+        if kind == "chunk":  # four views of one tensor, joined back
+            a, b, c, d = t.chunk(4, dim=1)
+            return torch.cat([pointwise(ops[0], a), b * c, pointwise(ops[1], d), a + d], dim=1)
+        if kind == "expand":
+            return t[:, :1].expand(-1, self.width) * pointwise(ops[0], t)
+        if kind == "roll":
+            return pointwise(ops[0], torch.roll(t, shifts=int(ops[1]), dims=1)) + t
+        raise ValueError(f"unknown step kind {kind!r}; expected one of {FUZZ_KINDS}")
 
 
-def random_model(seed: int, size: int = 12) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """A random model of `size` steps and its input, both determined by `seed`."""
+def random_model(
+    seed: int, size: int = 12, kinds: tuple[str, ...] = KINDS
+) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """A random model of `size` steps drawn from `kinds`, and its input, both determined by `seed`."""
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     width, batch = rng.choice(WIDTHS), rng.choice(BATCHES)
@@ -113,7 +147,7 @@ def random_model(seed: int, size: int = 12) -> tuple[nn.Module, tuple[torch.Tens
     program = []
     for step in range(size):
         pool_size = step + 1
-        kind = rng.choice(KINDS)
+        kind = rng.choice(kinds)
         inputs: tuple[int, ...] = (pick(pool_size),)
         name = ""
         if kind == "chain":
@@ -131,6 +165,14 @@ def random_model(seed: int, size: int = 12) -> tuple[nn.Module, tuple[torch.Tens
             names, name = ops(1), param((batch, batch))
         elif kind == "bias":
             names, name = ops(1), param((width,))
+        elif kind == "dropout":
+            names = ops(1) + (rng.choice(("0.1", "0.5")),)
+        elif kind == "inplace":
+            names = (rng.choice(INPLACE),)
+        elif kind == "softmax":
+            names = ops(1) + (str(rng.randrange(2)),)
+        elif kind == "roll":
+            names = ops(1) + (str(rng.randrange(1, width)),)
         else:
             names = ops(2)
         program.append((kind, inputs, names, name))

@@ -1,18 +1,43 @@
-"""Invariant checks of a plan (run when RematConfig.debug is set)."""
+"""Invariant checks of a plan: `remat.check_plan(plan)`, and run while compiling under RematConfig(debug=True)."""
 from __future__ import annotations
 
+from ..annotate import Action
 from ..capture import Role
 from .problem import Problem, Resolved
 from .schedule import backward_order, forward_order
+from .simulate import simulate
 
 
 class PlanInvariantError(AssertionError):
     """A plan broke one of remat's invariants: a bug in remat, never a user error."""
 
 
-def check_plan(problem: Problem, resolved: Resolved) -> None:
-    """Every backward read is covered by a saved, recomputed or input value computed before it; nothing is both
-    saved and recomputed; nothing is recomputed twice; must-save values are never recomputed."""
+def check_plan(plan, resolved: Resolved | None = None) -> None:
+    """Check a Plan (from `remat.explain`, `remat.last_plan()` or `remat.recent_plans()`) against the graph it was
+    made for; raise PlanInvariantError naming the first broken invariant.
+
+    - every value a backward node reads is an input, a tangent, saved, or recomputed earlier in backward;
+    - nothing is both saved and recomputed, nothing is recomputed twice, must-save values are never recomputed,
+      saved values are computed by the forward;
+    - the decisions agree with the saved and recomputed sets;
+    - saved bytes, peak, schedule and recompute flops are what the simulator gives for this plan.
+
+    `check_plan(problem, resolved)` checks the structural invariants of a choice before a Plan is made of it.
+    """
+    if resolved is not None:
+        _check_structure(plan, resolved, None)
+        return
+    problem, resolved = getattr(plan, "problem", None), getattr(plan, "resolved", None)
+    if problem is None or resolved is None:
+        raise TypeError(f"check_plan({type(plan).__name__}): expected a remat.Plan made by remat (explain, last_plan, "
+                        "recent_plans); this one carries no graph to check it against")
+    timeline = plan.timeline
+    _check_structure(problem, resolved, list(timeline.steps[timeline.num_forward:]))
+    _check_decisions(plan, problem, resolved)
+    _check_figures(plan, problem, resolved)
+
+
+def _check_structure(problem: Problem, resolved: Resolved, backward: list[str] | None) -> None:
     graph = problem.graph
     both = resolved.saved & resolved.recomputed
     if both:
@@ -20,9 +45,10 @@ def check_plan(problem: Problem, resolved: Resolved) -> None:
     forced = resolved.recomputed & set(problem.constraints.must_save)
     if forced:
         raise PlanInvariantError(f"must-save values recomputed: {sorted(forced)}")
-    order = backward_order(problem, resolved)
-    if len(order) != len(set(order)):
-        raise PlanInvariantError("a value is recomputed twice in the backward schedule")
+    order = backward_order(problem, resolved) if backward is None else backward
+    twice = sorted({n for n in order if order.count(n) > 1})
+    if twice:
+        raise PlanInvariantError(f"recomputed twice in the backward schedule: {twice}")
     fw = set(forward_order(problem, resolved))
     missing = resolved.saved - fw
     if missing:
@@ -38,3 +64,51 @@ def check_plan(problem: Problem, resolved: Resolved) -> None:
             raise PlanInvariantError(f"backward node {name} ({graph[name].op}) reads {inp}, which is neither "
                                      "saved, recomputed earlier, nor an input")
         available.add(name)
+
+
+def _check_decisions(plan, problem: Problem, resolved: Resolved) -> None:
+    names = [d.name for d in plan.decisions]
+    if len(names) != len(set(names)):
+        raise PlanInvariantError(f"more than one decision for {sorted({n for n in names if names.count(n) > 1})}")
+    replay = problem.constraints.replay
+    states = {f"{r}_rng_state": r for r in resolved.recomputed if r in replay}
+    for d in plan.decisions:
+        if d.op == "rng state":
+            if d.name not in states or d.nbytes != replay[states[d.name]]:
+                raise PlanInvariantError(f"decision {d.name} keeps a generator state, but the plan replays no "
+                                         "random op with it")
+            continue
+        expected = {Action.SAVE: resolved.saved - resolved.offloaded - resolved.partitioned,
+                    Action.OFFLOAD: resolved.offloaded, Action.PARTITION: resolved.partitioned}.get(
+                        d.action, resolved.recomputed)
+        if d.name not in expected:
+            raise PlanInvariantError(f"decision {d.name} ({d.op}) says {d.action.value}, but the plan does not "
+                                     f"{d.action.value} it")
+    missing_states = sorted(set(states) - set(names))
+    if missing_states:
+        raise PlanInvariantError(f"random ops replayed without a generator-state decision: {missing_states}")
+    graph = problem.graph
+    for name in sorted(resolved.saved | resolved.recomputed, key=lambda n: graph[n].index):
+        v = graph[name]
+        if (v.is_tensor or v.is_multi) and graph[v.storage].role is Role.FORWARD and name not in set(names):
+            raise PlanInvariantError(f"{name} ({v.op}) is {'saved' if name in resolved.saved else 'recomputed'} "
+                                     "but has no decision")
+
+
+def _check_figures(plan, problem: Problem, resolved: Resolved) -> None:
+    fresh = simulate(problem, resolved)
+    for figure in ("saved_bytes", "peak_bytes"):
+        if getattr(plan, figure) != getattr(fresh, figure):
+            raise PlanInvariantError(f"plan.{figure}={getattr(plan, figure)}, but simulating the plan gives "
+                                     f"{getattr(fresh, figure)}")
+    if plan.timeline.steps != fresh.steps or plan.timeline.live != fresh.live:
+        raise PlanInvariantError("the plan's timeline is not the simulated schedule of its saved/recomputed sets")
+    saved = sum(d.kept for d in plan.decisions)
+    if saved != plan.saved_bytes:
+        raise PlanInvariantError(f"plan.saved_bytes={plan.saved_bytes}, but its saved decisions add up to {saved}")
+    flops = sum(problem.costs[n] for n in resolved.recomputed)
+    if plan.recompute_flops != flops:
+        raise PlanInvariantError(f"plan.recompute_flops={plan.recompute_flops}, but its recomputed values cost {flops}")
+    if plan.budget_bytes is not None and plan.feasible != (plan.peak_bytes <= plan.budget_bytes):
+        raise PlanInvariantError(f"plan.feasible={plan.feasible} with peak {plan.peak_bytes} and budget "
+                                 f"{plan.budget_bytes}")

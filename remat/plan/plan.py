@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import sympy
 
 from .. import report
 from ..annotate import Action
 from .simulate import Timeline
+
+if TYPE_CHECKING:
+    from .problem import Problem, Resolved
 
 
 KEPT = (Action.SAVE, Action.OFFLOAD, Action.PARTITION)  # actions that hand the value from forward to backward
@@ -65,6 +69,9 @@ class Plan:
     notes: tuple[str, ...] = ()  # how the plan came about beyond its decisions ("checkpoint regions not imposed")
 
     profile: object = None  # remat.runtime.profile.Profile when compiled with profile=True
+    # The graph facts the plan was made for and its saved/recomputed sets, so `remat.check_plan(plan)` can check it.
+    problem: Problem | None = dataclasses.field(default=None, compare=False, repr=False)
+    resolved: Resolved | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def saved(self) -> tuple[str, ...]:

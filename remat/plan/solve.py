@@ -61,6 +61,8 @@ def make_plan(
     gap = None
     if solver == "optimal":
         chosen, bound = optimal.solve(problem, budget, evaluator, time_limit)
+        # The MILP run for this budget can reach below the least-peak search's result: report what was reached.
+        least = min(least, chosen.peak)
         if bound is not None and chosen.cost > 0:
             gap = max(0.0, (chosen.cost - bound) / chosen.cost)
         elif bound is not None:
@@ -134,4 +136,6 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
         forward_flops=sum(problem.costs[n] for n in forward_order(problem, resolved)),
         peak_bytes_expr=peak_expr,
         saved_bytes_expr=saved_expr,
+        problem=problem,
+        resolved=resolved,
     )
