@@ -93,7 +93,8 @@ def monotone(rows: list[dict[str, Any]]) -> Finding:
     """Per model, over all remat rows with a budget: a lower budget never gives a higher measured peak."""
     parts, ok = [], True
     for model in _models(rows):
-        budgeted = sorted(((budget_bytes(r), r) for r in _ok(rows) if r["model"] == model and budget_bytes(r)),
+        budgeted = sorted(((budget_bytes(r), r) for r in _ok(rows)
+                           if r["model"] == model and budget_bytes(r) and not r.get("options")),
                           key=lambda item: item[0])
         if len(budgeted) < 2:
             continue

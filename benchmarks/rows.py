@@ -40,6 +40,8 @@ class RowSpec:
     """torch rows: activation_memory_budget; remat rows: memory_budget (fraction, or bytes once resolved)."""
     budget_from: float | None = None
     """remat rows only: take the budget from the measured peak of the torch row with this budget."""
+    options: tuple[tuple[str, Any], ...] = ()
+    """remat rows only: further options (offload, contiguous)."""
 
     @property
     def compiled(self) -> bool:
@@ -57,6 +59,11 @@ def row_specs(inner: str) -> list[RowSpec]:
     specs += [RowSpec(f"remat fraction {f}", "remat", "remat", budget=f) for f in REMAT_FRACTIONS]
     specs += [RowSpec(f"remat bytes = torch {b}", "remat", "remat", budget_from=b) for b in TORCH_BUDGETS]
     specs.append(RowSpec("remat None", "remat", "remat", budget=None))
+    # The runtime's other actions: every saved value to host (on CPU the host is the device: this row shows the
+    # copies' cost, not a saving), and saved values in one reused arena.
+    specs.append(RowSpec("remat offload", "remat", "remat-runtime", budget=None, options=(("offload", True),)))
+    specs.append(RowSpec("remat contiguous 0.5", "remat", "remat-runtime", budget=0.5,
+                         options=(("contiguous", True),)))
     return specs
 
 
@@ -101,7 +108,7 @@ def build(spec: RowSpec, model: nn.Module, inner: str, workload: Workload,
     if not spec.compiled:
         return _WithLoss(model, workload.loss_fn)
     if spec.kind == "remat":
-        backend, options = "remat", {"memory_budget": spec.budget, "inner": inner}
+        backend, options = "remat", {"memory_budget": spec.budget, "inner": inner, **dict(spec.options)}
     else:
         backend, options = inner, None
     if compile_loss:
@@ -196,7 +203,7 @@ def measure_row(spec: RowSpec, workload: Workload, *, inner: str, seed: int, war
                 ref: tuple[float, list[torch.Tensor]], fallback_random: bool, compile_loss: bool) -> dict[str, Any]:
     """Build the row from a fresh copy of the model and measure it; the returned dict is one report row."""
     row: dict[str, Any] = {"model": workload.name, "row": spec.name, "kind": spec.kind, "budget": spec.budget,
-                           "budget_kind": budget_kind(spec)}
+                           "budget_kind": budget_kind(spec), "options": dict(spec.options)}
     model = copy.deepcopy(workload.model)
     if spec.compiled:
         torch._dynamo.reset()  # no compiled code or cache entries carried over from the previous row
