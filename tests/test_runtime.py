@@ -2,6 +2,7 @@
 import copy
 
 import pytest
+import sympy
 import torch
 
 import remat
@@ -173,3 +174,41 @@ def test_synchronize_reaches_the_ops():
     step(compiled, torch.randn(8, 256))
     fw, bw = remat.last_graphs()
     assert "remat.offload.default(" in fw.code and ", -1, True)" in fw.code
+
+
+def cuda_chain(layers=6, mib=1, flops=10**12):
+    """A synthetic joint graph on "cuda": a forward chain whose values backward reads, 1 MiB each."""
+    from remat.annotate import Constraints
+    from remat.capture import Graph, Role, Value
+
+    specs = [("x", Role.PRIMAL, ()), ("tangent", Role.TANGENT, ())]
+    specs += [(f"f{i}", Role.FORWARD, ("x",) if i == 1 else (f"f{i - 1}",)) for i in range(1, layers + 1)]
+    specs += [(f"b{i}", Role.BACKWARD, ("tangent" if i == layers else f"b{i + 1}", f"f{i}"))
+              for i in range(layers, 0, -1)]
+    specs.append(("output", Role.OUTPUT, (f"f{layers}", "b1")))
+    users = {name: [u for u, _, reads in specs if name in reads] for name, _, _ in specs}
+    values = tuple(
+        Value(name, i, role, "synthetic", reads, tuple(users[name]), mib * 2**20 if role is not Role.OUTPUT else 0,
+              sympy.Integer(mib * 2**20), name, role is not Role.OUTPUT, False, False, (), "float32", "",
+              frozenset(), device="cuda")
+        for i, (name, role, reads) in enumerate(specs))
+    graph = Graph(values, 1, (f"f{layers}",), ("b1",), ())
+    costs = {v.name: flops for v in values}
+    return graph, costs, Constraints({}, {}, {})
+
+
+def test_offload_auto_on_cuda_leaves_the_device_peak():
+    from remat.plan.evaluate import Evaluator
+    from remat.plan.problem import build_problem
+    from remat.plan.transfer import Transfer
+
+    graph, costs, constraints = cuda_chain()
+    keep = Evaluator(build_problem(graph, costs, constraints)).score(())
+    # 2 MiB round trip at 12 GB/s ≈ 0.17 ms; a teraflop of forward compute after a value hides it (20 ms at 50 TF/s)
+    auto = build_problem(graph, costs, constraints, Transfer(offload="auto", host_bandwidth=12 * 10**9))
+    scored = Evaluator(auto).score(())
+    # f5 is last read by f6 and f6 by nothing: no forward compute follows them to hide a copy
+    assert scored.resolved.offloaded == frozenset(f"f{i}" for i in range(1, 5))
+    assert scored.saved == keep.saved - 4 * 2**20 and scored.peak < keep.peak
+    slow = build_problem(graph, costs, constraints, Transfer(offload="auto", host_bandwidth=1))
+    assert not Evaluator(slow).score(()).resolved.offloaded  # 1 byte/s hides behind nothing

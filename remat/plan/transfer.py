@@ -71,12 +71,15 @@ def transfer_decision(problem, resolved, name: str, reason: str):
             f"offload=\"auto\": {fmt_bytes(2 * v.nbytes)} of copies hide behind the forward compute after it")
         kept = v.nbytes if v.device == "cpu" else 0
         where = "; on CPU the host is the device, so no bytes leave" if v.device == "cpu" else ""
-        return Action.OFFLOAD, kept, f"offloaded to host ({why}){where}"
+        ms = 2e3 * v.nbytes / problem.transfer.host_bandwidth
+        return (Action.OFFLOAD, kept,
+                f"offloaded to host ({why}): {fmt_bytes(2 * v.nbytes)} of copies, {ms:.2f} ms at host_bandwidth{where}")
     if name in resolved.partitioned:
         world = problem.transfer.world
         chunk = -(-v.nbytes // world)
         return (Action.PARTITION, chunk,
-                f"partitioned over {world} ranks: {fmt_bytes(chunk)} kept here, all-gathered before backward")
+                f"partitioned over {world} ranks: {fmt_bytes(chunk)} kept here; backward all-gathers "
+                f"{fmt_bytes(chunk * world)}")
     return Action.SAVE, None, reason
 
 

@@ -74,9 +74,9 @@ def _packed(problem: Problem, resolved: Resolved, runtime: Runtime, saved: list[
 def _offload(fw, bw, node, placeholder, problem, runtime, _):
     device = node.meta["val"].device
     host = _after(fw, node, torch.ops.remat.offload.default, (node, runtime.profile_id, runtime.sync), "offload")
-    _receive(bw, placeholder, host)
-    _before_users(bw, placeholder, torch.ops.remat.reload.default,
-                  (placeholder, device, runtime.profile_id, runtime.sync), "reload")
+    _receive(placeholder, host)
+    _before_users(bw, placeholder, [(torch.ops.remat.reload.default,
+                                     lambda p: (p, device, runtime.profile_id, runtime.sync))], "reload")
     return host
 
 
@@ -85,21 +85,21 @@ def _partition(fw, bw, node, placeholder, problem, runtime, _):
     val = node.meta["val"]
     shard = _after(fw, node, torch.ops.remat.shard.default,
                    (node, t.rank, t.world, runtime.profile_id, runtime.sync), "shard")
-    _receive(bw, placeholder, shard)
+    _receive(placeholder, shard)
     chain = [
         (torch.ops._c10d_functional.all_gather_into_tensor.default, lambda p: (p, t.world, runtime.group_name)),
         (torch.ops._c10d_functional.wait_tensor.default, lambda p: (p,)),
         (torch.ops.aten.slice.Tensor, lambda p: (p, 0, 0, val.numel())),
         (torch.ops.aten.view.default, lambda p: (p, list(val.shape))),
     ]
-    _before_users(bw, placeholder, chain, None, "gather")
+    _before_users(bw, placeholder, chain, "gather")
     return shard
 
 
 def _pack(fw, bw, node, placeholder, problem, runtime, num_slots):
     slot = _after(fw, node, torch.ops.remat.arena_store.default,
                   (node, runtime.contiguous_key, num_slots, runtime.profile_id, runtime.sync), "packed")
-    _receive(bw, placeholder, slot)
+    _receive(placeholder, slot)
     return slot
 
 
@@ -111,21 +111,20 @@ def _after(gm: fx.GraphModule, node: fx.Node, target, args: tuple, suffix: str) 
     return new
 
 
-def _receive(bw: fx.GraphModule, placeholder: fx.Node, moved: fx.Node) -> None:
+def _receive(placeholder: fx.Node, moved: fx.Node) -> None:
     """Backward's placeholder now receives the moved form."""
     placeholder.meta["val"] = moved.meta["val"]
     placeholder.meta.pop("tensor_meta", None)
 
 
-def _before_users(bw: fx.GraphModule, placeholder: fx.Node, target, args, suffix: str) -> None:
-    """Insert the backward half right before the first reader of `placeholder` and route every reader to it.
-    `target` is one op (with `args`) or a chain of (op, args-from-previous) pairs."""
+def _before_users(bw: fx.GraphModule, placeholder: fx.Node, chain: list, suffix: str) -> None:
+    """Insert the backward half, a chain of (op, args from the previous node) pairs, right before the first reader
+    of `placeholder`, and route every reader to its last node."""
     users = list(placeholder.users)
     if not users:
         return
     order = {n: i for i, n in enumerate(bw.graph.nodes)}
     first = min(users, key=order.__getitem__)
-    chain = target if isinstance(target, list) else [(target, lambda p, a=args: (p, *a[1:]))]
     current = placeholder
     with bw.graph.inserting_before(first):
         for step, (op, make_args) in enumerate(chain):
