@@ -1,13 +1,16 @@
 """Saved values that leave the device or move into an arena: offload, partition and contiguous, in the joint graph.
 
 Each is the same move on the extracted modules: after the forward value `v`, insert the forward half
-(`remat::offload`, `remat::shard`, `remat::arena_store`) and return its result in `v`'s saved slot; backward's
-placeholder receives it, and the backward half (`remat::reload`; all_gather + slice + view; nothing for an arena
-slot) runs just before the first reader of `v`.
+(`remat::offload`, `remat::shard`) and return its result in `v`'s saved slot; backward's placeholder receives it, and
+the backward half (`remat::reload`; all_gather + slice + view) runs just before the first reader of `v`. Packed
+values go into the arena together, in one `remat::arena_pack` as the forward's last op (so the inner compiler sees
+the arena views only as outputs and never reuses their memory); backward reads them in place.
 """
 from __future__ import annotations
 
 import dataclasses
+import operator
+
 import torch
 import torch.fx as fx
 
@@ -39,18 +42,12 @@ def move_saved(fw: fx.GraphModule, bw: fx.GraphModule, num_fwd_outputs: int, pro
     placeholders = {n.name: n for n in bw.graph.nodes if n.op == "placeholder"}
     for i, node in saved:
         name = node.name
-        if name in resolved.offloaded:
-            move = _offload
-        elif name in resolved.partitioned:
-            move = _partition
-        elif name in packed:
-            move = _pack
-        else:
-            continue
-        placeholder = placeholders.get(name)
-        if placeholder is None:
-            continue
-        outs[i] = move(fw, bw, node, placeholder, problem, runtime, len(packed))
+        move = _offload if name in resolved.offloaded else _partition if name in resolved.partitioned else None
+        if move is not None and name in placeholders:
+            outs[i] = move(fw, bw, node, placeholders[name], problem, runtime)
+    slots = [(i, node) for i, node in saved if node.name in packed and node.name in placeholders]
+    if slots:
+        _pack(fw, output, outs, slots, placeholders, runtime)
     output.args = (tuple(outs),) + tuple(output.args[1:])
     for gm in (fw, bw):
         gm.graph.lint()
@@ -71,7 +68,7 @@ def _packed(problem: Problem, resolved: Resolved, runtime: Runtime, saved: list[
     return out
 
 
-def _offload(fw, bw, node, placeholder, problem, runtime, _):
+def _offload(fw, bw, node, placeholder, problem, runtime):
     device = node.meta["val"].device
     host = _after(fw, node, torch.ops.remat.offload.default, (node, runtime.profile_id, runtime.sync), "offload")
     _receive(placeholder, host)
@@ -80,7 +77,7 @@ def _offload(fw, bw, node, placeholder, problem, runtime, _):
     return host
 
 
-def _partition(fw, bw, node, placeholder, problem, runtime, _):
+def _partition(fw, bw, node, placeholder, problem, runtime):
     t = problem.transfer
     val = node.meta["val"]
     shard = _after(fw, node, torch.ops.remat.shard.default,
@@ -96,11 +93,19 @@ def _partition(fw, bw, node, placeholder, problem, runtime, _):
     return shard
 
 
-def _pack(fw, bw, node, placeholder, problem, runtime, num_slots):
-    slot = _after(fw, node, torch.ops.remat.arena_store.default,
-                  (node, runtime.contiguous_key, num_slots, runtime.profile_id, runtime.sync), "packed")
-    _receive(placeholder, slot)
-    return slot
+def _pack(fw, output, outs, slots, placeholders, runtime) -> None:
+    """One `remat::arena_pack` of every packed value, right before the forward returns them."""
+    nodes = [node for _, node in slots]
+    with fw.graph.inserting_before(output):
+        pack = fw.graph.call_function(torch.ops.remat.arena_pack.default,
+                                      (nodes, runtime.contiguous_key, runtime.profile_id, runtime.sync))
+        pack.meta["val"] = _fake_run(torch.ops.remat.arena_pack.default, pack.args)
+        for k, (i, node) in enumerate(slots):
+            slot = fw.graph.call_function(operator.getitem, (pack, k))
+            slot.name = f"{node.name}_packed"
+            slot.meta["val"] = pack.meta["val"][k]
+            _receive(placeholders[node.name], slot)
+            outs[i] = slot
 
 
 def _after(gm: fx.GraphModule, node: fx.Node, target, args: tuple, suffix: str) -> fx.Node:
@@ -138,7 +143,7 @@ def _before_users(bw: fx.GraphModule, placeholder: fx.Node, chain: list, suffix:
 
 def _fake_run(target, args):
     vals = fx.node.map_arg(args, lambda n: n.meta["val"])
-    tensor = next(v for v in vals if isinstance(v, torch.Tensor))
+    tensor = next(v for v in torch.utils._pytree.tree_leaves(vals) if isinstance(v, torch.Tensor))
     mode = getattr(tensor, "fake_mode", None)
     if mode is None:
         return target(*vals)

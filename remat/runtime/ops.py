@@ -5,7 +5,8 @@
   overlapping) come back contiguous with the same values.
 - ``remat::shard(x, rank, world)`` → this rank's 1/world of `x` flattened (zero-padded to a multiple of world);
   backward gathers the shards with torch's functional all_gather and views the result back.
-- ``remat::arena_store(x, key, num_slots)`` → `x` copied into the next slot of graph `key`'s arena for this step.
+- ``remat::arena_store(x, key, num_slots)`` → `x` copied into the next slot of graph `key`'s arena for this step;
+  ``remat::arena_pack(xs, key)`` stores a whole step's saved values, as the forward's last op.
 - ``remat::mark(anchor, profile_id, label, kind, nbytes, begin)`` → profile timestamps around a run of
   recomputation or a gather in backward (`anchor` names the device). Exact where the backward runs node by node
   (aot_eager, eager); inductor fuses recomputation into its consumers and drops the marks, so there the profile
@@ -137,6 +138,27 @@ def arena_store(x: Tensor, key: int, num_slots: int, profile_id: int = -1, sync:
 @arena_store.register_fake
 def _(x: Tensor, key: int, num_slots: int, profile_id: int = -1, sync: bool = False) -> Tensor:
     return torch.empty_like(x)
+
+
+# arena_pack's results share one storage (the arena), which torch.library.custom_op forbids between returns; it is
+# defined on a plain library fragment instead. It runs after autograd has been traced away (inside the forward
+# module), so no autograd or functionalization rule is needed.
+_fragment = torch.library.Library(_LIB, "FRAGMENT")
+_fragment.define("arena_pack(Tensor[] xs, int key, int profile_id=-1, bool sync=False) -> Tensor[]")
+
+
+def arena_pack(xs: list[Tensor], key: int, profile_id: int = -1, sync: bool = False) -> list[Tensor]:
+    """All of a step's saved values into graph `key`'s arena at once, in order. Called as the forward's last op,
+    so its results are graph outputs only: a compiler never reuses their memory for its own buffers."""
+    return [arena_store(x, key, len(xs), profile_id, sync) for x in xs]
+
+
+_fragment.impl("arena_pack", arena_pack, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake(f"{_LIB}::arena_pack")
+def _(xs: list[Tensor], key: int, profile_id: int = -1, sync: bool = False) -> list[Tensor]:
+    return [torch.empty_like(x) for x in xs]
 
 
 @torch.library.custom_op(f"{_LIB}::mark", mutates_args=())
