@@ -384,20 +384,22 @@ print(with_addmm.module_table(depth=4))
 Recomputing a dropout in backward with the global generator would draw a new mask, and the gradients would be those of
 a different forward. remat's default `rng="replay"` records the generator state before each random op it recomputes
 (5056 bytes on CPU, 16 on CUDA) and re-runs the op from that state in backward, so it draws the same mask; a random op
-whose output is smaller than that state is simply saved. `rng="save"` keeps every random op's outputs instead. The
-rows below are the dropout masks (bool tensors) at budget 0.0 under both settings, and the generator states replay
-keeps:
+whose output is smaller than that state is simply saved. `rng="save"` keeps every random op's outputs instead. Under
+inductor only inductor's own random ops (which draw from a seeds tensor) are replayed; eager's random ops, which
+inductor runs with `fallback_random`, are saved. The rows below plan for `aot_eager` (the step compiled next): the
+dropout masks (bool tensors) at budget 0.0 under both settings, and the generator states replay keeps:
 '''),
     code('''
-kept = remat.explain(step, ids, memory_budget=0.0, rng="save")
-for name, p in (("replay", least), ("save", kept)):
+replayed = remat.explain(step, ids, memory_budget=0.0, inner="aot_eager")
+kept = remat.explain(step, ids, memory_budget=0.0, rng="save", inner="aot_eager")
+for name, p in (("replay", replayed), ("save", kept)):
     masks = [d for d in p.decisions if d.dtype == "bool" and d.source_op == "aten.native_dropout.default"]
     states = [d for d in p.decisions if d.op == "rng state"]
     actions = sorted({d.action.value for d in masks})
     print(f"rng={name!r:<9} {len(masks)} dropout masks -> {actions}; {len(states)} generator states kept "
           f"({sum(d.nbytes for d in states)} bytes); saved {p.saved_bytes / 2**20:.3f} MiB, "
           f"peak {p.peak_bytes / 2**20:.3f} MiB")
-print("reason:", next(d.reason for d in least.decisions
+print("reason:", next(d.reason for d in replayed.decisions
                       if d.source_op == "aten.native_dropout.default" and d.action is remat.Action.RECOMPUTE))
 '''),
     md('''

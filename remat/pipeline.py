@@ -54,7 +54,8 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
     graph = capture(joint, num_fwd_outputs)
     table = costs(joint, graph)
     # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.
-    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, config.rng,
+    rng = "seeded" if config.rng == "replay" and config.inner == "inductor" else config.rng
+    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, rng,
                            regions=config.memory_budget is None, hooked=hooked)
     problem = build_problem(graph, table, constraints, transfer_of(config))
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()

@@ -55,8 +55,8 @@ def test_gpt_budget_zero_replays_dropout_instead_of_saving_masks():
     # Masks here (64–256 KiB) are much larger than the 5 KiB CPU generator state a replay keeps.
     config = GPTConfig(vocab=128, n_layer=2, d_model=128, n_head=4, seq_len=128, dropout=0.1)
     model, batch = Loss(GPT(config)), make_gpt_batch(config, batch=4)
-    replay = remat.explain(model, *batch, memory_budget=0.0)
-    keep = remat.explain(model, *batch, memory_budget=0.0, rng="save")
+    replay = remat.explain(model, *batch, memory_budget=0.0, inner="aot_eager")
+    keep = remat.explain(model, *batch, memory_budget=0.0, rng="save", inner="aot_eager")
     saved_masks = [d for d in replay.decisions if d.dtype == "bool" and d.action is remat.Action.SAVE]
     kept_masks = [d for d in keep.decisions if d.dtype == "bool" and d.action is remat.Action.SAVE]
     assert len(saved_masks) < len(kept_masks) == 6  # 2 layers x (attention, residual, mlp) dropout

@@ -23,6 +23,10 @@ class Arrays:
     # The storage instance a node refers to when nothing is recomputed: its owner's index for a forward owner,
     # owner + len(names) for a backward owner, -1 for inputs, tangents and other uncounted storage.
     instances: tuple[int, ...]
+    getitems: tuple[tuple[int, ...], ...]  # per node: its getitem users (the outputs of a multi-output op)
+    # per node: a value whose size the op needs as scratch while it runs (-1: none). CPU dropout draws its mask as a
+    # float tensor the size of its output before converting it.
+    workspace: tuple[int, ...]
 
 
 def arrays(graph: Graph) -> Arrays:
@@ -43,4 +47,14 @@ def arrays(graph: Graph) -> Arrays:
         nbytes=tuple(v.nbytes for v in graph.values),
         allocates=tuple(not v.is_view and v.nbytes > 0 for v in graph.values),
         instances=tuple(instance(v) for v in graph.values),
+        workspace=tuple(_workspace(graph, v, index) for v in graph.values),
+        getitems=tuple(tuple(index[u] for u in v.users if graph[u].op == "getitem") if v.is_multi else ()
+                       for v in graph.values),
     )
+
+
+def _workspace(graph: Graph, v, index: dict[str, int]) -> int:
+    if v.op == "aten.native_dropout.default" and v.device == "cpu":
+        first = [u for u in v.users if graph[u].op == "getitem"]
+        return index[first[0]] if first else -1
+    return -1

@@ -25,10 +25,11 @@ def backward_ids(problem: Problem, resolved: Resolved) -> list[int]:
     """Backward nodes in schedule order, each recomputed value placed just before its first use.
 
     A recomputed chain is emitted depth-first, inputs in argument order, immediately ahead of the first backward node
-    that reads it, so it is live only from there to its last use.
+    that reads it, so it is live only from there to its last use. A recomputed multi-output op is followed at once by
+    all its recomputed outputs (getitems), as its outputs are allocated when it runs.
     """
     a = problem.arrays
-    inputs_of = a.inputs
+    inputs_of, getitems = a.inputs, a.getitems
     pending = bytearray(len(a.names))  # 1: recomputed and not yet emitted
     for n in resolved.recomputed:
         pending[a.index[n]] = 1
@@ -44,6 +45,12 @@ def backward_ids(problem: Problem, resolved: Resolved) -> list[int]:
                     if pending[i]:
                         pending[i] = 0
                         order.append(i)
+                        # A multi-output op's outputs exist from the moment it runs: take every recomputed one
+                        # right away, so the tuple is released at once and each output lives from here.
+                        for g in getitems[i]:
+                            if pending[g]:
+                                pending[g] = 0
+                                order.append(g)
                     continue
                 if not pending[i]:
                     continue

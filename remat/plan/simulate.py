@@ -89,16 +89,22 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     last = [-1] * (2 * n)
     allocated: list[int] = []
     num_fw = len(fw)
+    getitems = a.getitems
+    in_fw = bytearray(n)
+    for i in fw:
+        in_fw[i] = 1
     for pos, i in enumerate(fw):
         for j in inputs_of[i]:
             k = plain[j]
             if k >= 0:
                 last[k] = pos
-        if allocates[i] and alloc[i] < 0:
-            alloc[i] = pos
-            allocated.append(i)
-            if last[i] < 0:
-                last[i] = pos
+        # A multi-output op allocates its outputs when it runs, not when a getitem picks them up.
+        for k in [i] + [g for g in getitems[i] if in_fw[g]]:
+            if allocates[k] and alloc[k] < 0:
+                alloc[k] = pos
+                allocated.append(k)
+                if last[k] < 0:
+                    last[k] = pos
     last_fw = list(last)  # last forward step reading each instance
     first_bw = [-1] * (2 * n)
     for pos, i in enumerate(bw, start=num_fw):
@@ -109,8 +115,11 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
                 last[k] = pos
                 if first_bw[k] < 0:
                     first_bw[k] = pos
-        if allocates[i]:
-            k = i + n if recomputed[i] or role[i] == BACKWARD_ROLE else plain[i]
+        taken = [g for g in getitems[i] if recomputed[g] or role[g] == BACKWARD_ROLE]
+        for m in [i] + taken:
+            if not allocates[m]:
+                continue
+            k = m + n if recomputed[m] or role[m] == BACKWARD_ROLE else plain[m]
             if k >= 0 and alloc[k] < 0:
                 alloc[k] = pos
                 allocated.append(k)
@@ -124,6 +133,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
     saved = sorted(a.index[s] for s in resolved.saved)
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
+    spans += _unused_outputs(problem, fw, bw, recomputed)
     extra = _rng_spans(problem, resolved, fw, bw)
     if resolved.offloaded or resolved.partitioned:
         spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw)
@@ -158,6 +168,26 @@ def _itemsize(v) -> int:
     import torch
 
     return torch.empty((), dtype=getattr(torch, v.dtype)).element_size()
+
+
+def _unused_outputs(problem: Problem, fw: list[int], bw: list[int], recomputed) -> list[tuple[int, int, int]]:
+    """A multi-output op allocates all its outputs when it runs; those the schedule does not take (a recomputed
+    dropout whose output backward does not read) live for that step only, as does an op's scratch: (owner, step,
+    step)."""
+    a = problem.arrays
+    getitems, nbytes, workspace = a.getitems, a.nbytes, a.workspace
+    spans = []
+    taken = set(fw)
+    for pos, i in enumerate(fw):
+        spans.extend((g, pos, pos) for g in getitems[i] if g not in taken and nbytes[g])
+        if workspace[i] >= 0:
+            spans.append((workspace[i], pos, pos))
+    for pos, i in enumerate(bw, start=len(fw)):
+        if recomputed[i]:
+            spans.extend((g, pos, pos) for g in getitems[i] if not recomputed[g] and nbytes[g])
+            if workspace[i] >= 0:
+                spans.append((workspace[i], pos, pos))
+    return spans
 
 
 def _rng_spans(problem: Problem, resolved: Resolved, fw: list[int], bw: list[int]) -> list[tuple[int, int, int]]:

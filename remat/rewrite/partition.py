@@ -76,7 +76,9 @@ def reorder(gm: fx.GraphModule, order: Sequence[str]) -> fx.GraphModule:
     `order` run just before their first user). Inputs always precede their users."""
     old = list(gm.graph.nodes)
     by_name = {n.name: n for n in old}
+    # A random op's backward copy (and the values computed from it) carry a "_replay" suffix: same schedule slot.
     rank = {name: i for i, name in enumerate(order)}
+    rank.update({f"{name}_replay": i for name, i in rank.items() if f"{name}_replay" in by_name})
     body = [n for n in old if n.op not in ("placeholder", "output")]
     wanted = sorted((n for n in body if n.name in rank), key=lambda n: rank[n.name])
     graph = fx.Graph()
