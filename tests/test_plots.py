@@ -189,7 +189,7 @@ def test_pareto_rows_are_the_planner_s_numbers(name):
     assert [(r.solver, r.budget) for r in result.rows] == [(s, b) for s in solvers for b in budgets]
     (captured,) = capture_joints(bound(model, loss_fn), *inputs)
     for r in result.rows:
-        plan = planned(captured, memory_budget=r.budget, solver=r.solver).plan
+        plan = planned(captured, memory_budget=r.budget, solver=r.solver, inner=result.inner).plan
         assert (r.peak_bytes, r.saved_bytes, r.recompute_flops, r.budget_bytes, r.feasible) == (
             plan.peak_bytes, plan.saved_bytes, plan.recompute_flops, plan.budget_bytes, plan.feasible)
         assert r.measured_peak_bytes is None and r.step_ms is None
