@@ -213,3 +213,16 @@ def test_offload_auto_on_cuda_leaves_the_device_peak():
     assert scored.saved == keep.saved - 4 * 2**20 and scored.peak < keep.peak
     slow = build_problem(graph, costs, constraints, Transfer(offload="auto", host_bandwidth=1))
     assert not Evaluator(slow).score(()).resolved.offloaded  # 1 byte/s hides behind nothing
+
+
+@pytest.mark.parametrize("module,name,call", [
+    ("torch._prims.rng_prims", "run_and_save_rng_state", lambda: remat._torch.rng_replay_ops()),
+    ("torch._subclasses.fake_tensor", "unset_fake_temporarily", lambda: remat._torch.outside_fake_mode()),
+    ("torch._C", "_storage_Use_Count", lambda: remat._torch.storage_use_count(torch.empty(1))),
+])
+def test_private_runtime_apis_are_guarded(monkeypatch, module, name, call):
+    import importlib
+
+    monkeypatch.delattr(importlib.import_module(module), name)
+    with pytest.raises(remat._torch.TorchAPIError, match=f"{name}.*torch 2.11 to 2.14"):
+        call()
