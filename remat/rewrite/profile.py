@@ -15,7 +15,7 @@ def mark_recomputation(bw: fx.GraphModule, problem: Problem, resolved: Resolved,
         kind = _kind(node, resolved)
         if kind is None:
             continue
-        if runs and runs[-1][0] == kind and _next(runs[-1][1][-1]) is node:
+        if runs and runs[-1][0] == kind and runs[-1][1][-1].next is node:
             runs[-1][1].append(node)
         else:
             runs.append((kind, [node]))
@@ -42,10 +42,6 @@ def _kind(node: fx.Node, resolved: Resolved) -> str | None:
     if name in resolved.recomputed or name.endswith("_replay"):
         return "recompute"
     return None
-
-
-def _next(node: fx.Node) -> fx.Node:
-    return node.next
 
 
 def _tensor(node: fx.Node) -> fx.Node | None:

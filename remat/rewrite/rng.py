@@ -14,6 +14,7 @@ import torch
 import torch.fx as fx
 
 from .. import _torch
+from ..annotate import rng_state_bytes
 from ..capture import Role
 from ..plan.problem import Problem, Resolved
 
@@ -89,7 +90,7 @@ def _state_val(val):
     first = val[0] if isinstance(val, (tuple, list)) else val
     mode = getattr(first, "fake_mode", None)
     device = first.device.type
-    numel = torch.get_rng_state().numel() if device == "cpu" else 16
+    numel = rng_state_bytes(device)
     if mode is None:
         return torch.empty(numel, dtype=torch.uint8)
     with mode:
