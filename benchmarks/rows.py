@@ -20,6 +20,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import remat
+from remat.runtime.buffers import POOL
 from workloads import Workload
 
 MiB = 2**20
@@ -207,6 +208,7 @@ def measure_row(spec: RowSpec, workload: Workload, *, inner: str, seed: int, war
     model = copy.deepcopy(workload.model)
     if spec.compiled:
         torch._dynamo.reset()  # no compiled code or cache entries carried over from the previous row
+        POOL.clear()  # nor a contiguous arena another row learned (it would be reused, and counted, here)
 
     with row_context(spec, inner, fallback_random):
         forward = build(spec, model, inner, workload, compile_loss)

@@ -100,7 +100,8 @@ def compare_solvers(
         raise TypeError("compare_solvers: pass solvers=(...) rather than solver=")
     for s in solvers:  # validate every option before tracing
         RematConfig(memory_budget=memory_budget, solver=s, **fields)
-    joints = capture_joints(model, *inputs)
+    inner = RematConfig(memory_budget=memory_budget, **fields).inner
+    joints = capture_joints(model, *inputs, inner=inner)
     budgets = [_bytes_budget(c, memory_budget, fields) for c in joints]
     rows = []
     for solver in solvers:

@@ -8,6 +8,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from . import _torch
 from .config import RematConfig
 from .pipeline import Planned, plan_joint
 
@@ -19,32 +20,28 @@ class Captured:
     hooked: frozenset[str] = frozenset()  # dynamo-graph nodes with tensor hooks (capture.hooked_nodes)
 
 
-def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None = None) -> list[Captured]:
+def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None = None,
+                   inner: str = "aot_eager") -> list[Captured]:
     """Trace `model(*inputs)` with dynamo + aot_autograd and return each joint graph, without running a backward
     pass. The model is deep-copied and the RNG state restored, so nothing the caller sees changes. `dynamic` is
-    torch.compile's."""
-    from torch._dynamo.backends.common import aot_autograd
-
-    from ._torch import boxed_nop
-
+    torch.compile's; with `inner="inductor"` the joint graph is the one a compile with inductor plans (inductor's
+    decompositions and joint-graph passes applied), though no code is generated."""
     from .capture import hooked_nodes
 
     joints: list[Captured] = []
     hooked: list[frozenset[str]] = []
 
-    def keep(joint, _inputs, *, num_fwd_outputs, **_kw):
-        joints.append(Captured(joint, num_fwd_outputs, hooked[-1]))
+    def keep(joint, joint_inputs, *, num_fwd_outputs, **_kw):
         from torch._functorch.partitioners import default_partition
 
-        return default_partition(joint, _inputs, num_fwd_outputs=num_fwd_outputs)
+        joints.append(Captured(joint, num_fwd_outputs, hooked[-1]))
+        return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs)
 
-    # The same aot_autograd settings as the backend, so explain plans the graph a compile would plan.
-    aot = aot_autograd(fw_compiler=boxed_nop(), bw_compiler=boxed_nop(), partition_fn=keep,
-                       keep_inference_input_mutations=True)
+    compile_graph = _inductor_capture(keep) if inner == "inductor" else _aot_capture(keep)
 
     def backend(gm, example_inputs):
         hooked.append(hooked_nodes(gm))
-        return aot(gm, example_inputs)
+        return compile_graph(gm, example_inputs)
 
     target = copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
     with torch.random.fork_rng(devices=[]):
@@ -63,10 +60,60 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
 
 def explain_all(model: Callable[..., Any], *inputs: Any, **fields: Any) -> list[Planned]:
     config = RematConfig.from_options(fields)
-    return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked) for c in capture_joints(model, *inputs)]
+    return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked) for c in capture_joints(model, *inputs, inner=config.inner)]
 
 
 def explain(model: Callable[..., Any], *inputs: Any, **fields: Any):
     """Plan `model(*inputs)` under the RematConfig `fields` without running a training step; returns the Plan
     (of the last graph, when the model compiles to several — see `explain_all`)."""
     return explain_all(model, *inputs, **fields)[-1].plan
+
+
+def _aot_capture(keep: Callable[..., Any], decompositions=None) -> Callable[..., Any]:
+    """aot_autograd with the backend's settings, `keep` as the partition function and no code generation."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from ._torch import boxed_nop
+
+    return aot_autograd(fw_compiler=boxed_nop(), bw_compiler=boxed_nop(), partition_fn=keep,
+                        decompositions=decompositions, keep_inference_input_mutations=True)
+
+
+def _inductor_capture(keep: Callable[..., Any]) -> Callable[..., Any]:
+    """The path a compile with inner="inductor" takes up to the partitioner (inductor's decompositions, then its
+    joint-graph passes through the custom-partitioner hook), with the generated code replaced by the FX modules."""
+    if _HookBase is object:  # the backend's own fallback: aot_autograd with inductor's decompositions
+        from torch._inductor.decomposition import select_decomp_table
+
+        return _aot_capture(keep, select_decomp_table())
+
+    def no_codegen(gm, example_inputs, **_kw):
+        return _torch.boxed_nop()(gm, example_inputs)
+
+    def compile_graph(gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(gm, example_inputs, inner_compile=no_codegen,
+                          config_patches={"custom_partitioner_fn": _Recorder(keep)})
+
+    return compile_graph
+
+
+_HookBase = _torch.custom_partitioner_base() or object
+
+
+class _Recorder(_HookBase):  # type: ignore[misc, valid-type]
+    """inductor's custom-partitioner hook that hands the joint graph to `keep`."""
+
+    def __init__(self, keep: Callable[..., Any]):
+        self.keep = keep
+
+    def __call__(self, gm, joint_inputs, **kwargs):
+        kwargs.pop("compiler", None)
+        return self.keep(gm, joint_inputs, **kwargs)
+
+    def uuid(self):
+        return f"remat-explain:{id(self)}"  # never shared: every capture partitions anew
+
+    def __getstate__(self):
+        return {"uuid": self.uuid()}  # only inductor's cache key pickles the hook

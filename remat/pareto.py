@@ -140,7 +140,7 @@ def pareto(
         raise ValueError(f"pareto: budgets={budgets!r} and solvers={solvers!r} must each name at least one value")
     configs = [RematConfig(memory_budget=b, solver=s, inner=inner, **fields) for s in solvers for b in budgets]
     target = copy.deepcopy(model) if isinstance(model, nn.Module) else model
-    captured = capture_joints(_bind(target, loss_fn), *inputs)
+    captured = capture_joints(_bind(target, loss_fn), *inputs, inner=inner)
     if len(captured) != 1:
         raise ValueError(f"pareto: the model compiled to {len(captured)} graphs (graph breaks); a sweep compares "
                          "peaks of one graph — find the breaks with torch._dynamo.explain and remove them")

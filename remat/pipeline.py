@@ -57,7 +57,7 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
     rng = "seeded" if config.rng == "replay" and config.inner == "inductor" else config.rng
     constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, rng,
                            regions=config.memory_budget is None, hooked=hooked)
-    problem = build_problem(graph, table, constraints, transfer_of(config))
+    problem = build_problem(graph, table, constraints, transfer_of(config), fuses=config.inner == "inductor")
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, config.solver_time_limit)
     if config.memory_budget is not None and (count := region_count(joint)):

@@ -108,7 +108,7 @@ def max_batch(
     inputs, dims = _batch_inputs(make_inputs, hint, batch_dim)
     for i, dim in dims:
         torch._dynamo.mark_dynamic(inputs[i], dim)
-    joints = capture_joints(model, *inputs)
+    joints = capture_joints(model, *inputs, inner=inner)
     if len(joints) != 1:
         raise ValueError(f"max_batch: the model compiled to {len(joints)} graphs (graph breaks); the peak of a step "
                          "split into several graphs is not one expression — make the model compile to one graph "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..capture import Graph, Role
+from . import fusion
 
 PRIMAL, TANGENT, FORWARD, BACKWARD, OUTPUT = range(5)
 _CODES = {Role.PRIMAL: PRIMAL, Role.TANGENT: TANGENT, Role.FORWARD: FORWARD, Role.BACKWARD: BACKWARD,
@@ -27,6 +28,12 @@ class Arrays:
     # per node: a value whose size the op needs as scratch while it runs (-1: none). CPU dropout draws its mask as a
     # float tensor the size of its output before converting it.
     workspace: tuple[int, ...]
+    # inductor's view of each op (fusion.kind) and, for an mm it turns into an addmm, the add's position (-1: none)
+    kinds: tuple[int, ...] = ()
+    folds: tuple[int, ...] = ()
+    users: tuple[tuple[int, ...], ...] = ()
+    is_view: tuple[bool, ...] = ()
+    reuse_keys: tuple[tuple[str, int], ...] = ()  # (dtype, bytes): which freed buffer inductor may reuse for it
 
 
 def arrays(graph: Graph) -> Arrays:
@@ -50,6 +57,11 @@ def arrays(graph: Graph) -> Arrays:
         workspace=tuple(_workspace(graph, v, index) for v in graph.values),
         getitems=tuple(tuple(index[u] for u in v.users if graph[u].op == "getitem") if v.is_multi else ()
                        for v in graph.values),
+        kinds=tuple(fusion.kind(v) for v in graph.values),
+        folds=tuple(index[t] if (t := fusion.addmm_target(graph, v)) else -1 for v in graph.values),
+        users=tuple(tuple(index[u] for u in v.users) for v in graph.values),
+        is_view=tuple(v.is_view for v in graph.values),
+        reuse_keys=tuple((v.dtype, v.nbytes) for v in graph.values),
     )
 
 

@@ -42,6 +42,7 @@ class Problem:
     arrays: Arrays  # the same facts as integer arrays, for the hot loops
     transfer: Transfer = Transfer()
     offloadable: frozenset[str] = frozenset()  # values offload="auto" sends to host when saved
+    fuses: bool = False  # the inner compiler fuses (inductor): the simulation follows fusion.py
 
     @property
     def instances(self) -> tuple[int, ...]:
@@ -101,7 +102,7 @@ class Problem:
 
 
 def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constraints,
-                  transfer: Transfer = Transfer()) -> Problem:
+                  transfer: Transfer = Transfer(), fuses: bool = False) -> Problem:
     """Derive the structures every solver shares. Pure."""
     forward = tuple(v.name for v in graph.values if v.role is Role.FORWARD)
     reaches_grad = _ancestors(graph, graph.bw_outputs, lambda r: r is Role.BACKWARD)
@@ -120,7 +121,7 @@ def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constrain
     read = {i for b in backward for i in graph[b].inputs if graph[i].role is Role.PRIMAL}
     needed_inputs = tuple(v.name for v in graph.values if v.name in read)
     return Problem(graph, costs, constraints, forward, backward, needed, candidates, choosable, fw_required,
-                   needed_inputs, arrays(graph), transfer, hides_offload(graph, costs, transfer))
+                   needed_inputs, arrays(graph), transfer, hides_offload(graph, costs, transfer), fuses)
 
 
 def _ancestors(graph: Graph, roots: Iterable[str], keep) -> set[str]:

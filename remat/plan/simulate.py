@@ -13,6 +13,7 @@ import itertools
 import types
 from typing import Mapping
 
+from . import fusion
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
 from .schedule import backward_ids, forward_ids
@@ -93,14 +94,19 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     in_fw = bytearray(n)
     for i in fw:
         in_fw[i] = 1
+    fw_in, bw_in = _folded(problem, resolved, fw, bw, excluded) if problem.fuses else (bytearray(n), bytearray(n))
+    memo_fw: dict[int, tuple[int, ...]] = {}
+    memo_bw: dict[int, tuple[int, ...]] = {}
     for pos, i in enumerate(fw):
-        for j in inputs_of[i]:
+        if fw_in[i]:
+            continue  # runs as part of a later kernel: it reads its inputs there
+        for j in fusion.expand(a, i, fw_in, memo_fw) if problem.fuses else inputs_of[i]:
             k = plain[j]
             if k >= 0:
                 last[k] = pos
         # A multi-output op allocates its outputs when it runs, not when a getitem picks them up.
         for k in [i] + [g for g in getitems[i] if in_fw[g]]:
-            if allocates[k] and alloc[k] < 0:
+            if allocates[k] and alloc[k] < 0 and not fw_in[k]:
                 alloc[k] = pos
                 allocated.append(k)
                 if last[k] < 0:
@@ -108,7 +114,9 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     last_fw = list(last)  # last forward step reading each instance
     first_bw = [-1] * (2 * n)
     for pos, i in enumerate(bw, start=num_fw):
-        for j in inputs_of[i]:
+        if bw_in[i]:
+            continue
+        for j in fusion.expand(a, i, bw_in, memo_bw) if problem.fuses else inputs_of[i]:
             o = storage[j]
             k = o + n if recomputed[o] else plain[j]
             if k >= 0:
@@ -125,6 +133,8 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
                 allocated.append(k)
                 if last[k] < 0:
                     last[k] = pos
+    if problem.fuses:
+        _hoist(problem, bw, num_fw, recomputed, bw_in, memo_bw, alloc, first_bw)
     end = num_fw + len(bw) - 1
     for out in problem.graph.fw_outputs:
         k = plain[a.index[out]]
@@ -134,10 +144,53 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     saved = sorted(a.index[s] for s in resolved.saved)
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
     spans += _unused_outputs(problem, fw, bw, recomputed)
+    if problem.fuses:
+        spans = fusion.reuse(spans, a.reuse_keys, num_fw)
     extra = _rng_spans(problem, resolved, fw, bw)
     if resolved.offloaded or resolved.partitioned:
         spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw)
     return Lifetimes(fw, bw, spans, saved_spans, extra)
+
+
+def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo, alloc, first_bw) -> None:
+    """inductor fuses loops that read the same buffers, and nothing orders recomputation after the backward work
+    before it: a recomputed loop computed from saved values alone runs with the first kernel of the backward module
+    that reads one of them, and its buffer is allocated there (fusion.py)."""
+    a = problem.arrays
+    n = len(a.names)
+    for i in bw:
+        k = i + n
+        if not recomputed[i] or bw_in[i] or alloc[k] < 0 or a.kinds[i] == fusion.OPAQUE:
+            continue
+        earliest = alloc[k]
+        for j in fusion.expand(a, i, bw_in, memo):
+            if recomputed[a.storage[j]]:
+                break  # waits for another recomputed buffer
+            read = a.instances[j]
+            if read >= 0 and 0 <= first_bw[read] < earliest:
+                earliest = first_bw[read]
+        else:
+            alloc[k] = earliest
+
+
+def _folded(problem: Problem, resolved: Resolved, fw: list[int], bw: list[int], excluded: set[int]):
+    """Per position, whether inductor runs the value as part of a later kernel (an mm inside an addmm) in the forward
+    module and in the backward module (fusion.py). The forward writes out what it saves and returns; the backward its
+    gradients."""
+    a = problem.arrays
+    n = len(a.names)
+    fw_member, bw_member, fw_kept, bw_kept = bytearray(n), bytearray(n), bytearray(n), bytearray(n)
+    for i in fw:
+        fw_member[i] = 1
+    for i in bw:
+        bw_member[i] = 1
+    for name in resolved.saved:
+        fw_kept[a.storage[a.index[name]]] = 1
+    for name in problem.graph.fw_outputs:
+        fw_kept[a.storage[a.index[name]]] = 1
+    for i in excluded:
+        bw_kept[i] = 1
+    return fusion.folded(a, fw, fw_member, fw_kept), fusion.folded(a, bw, bw_member, bw_kept)
 
 
 def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw):

@@ -1,0 +1,127 @@
+"""The simulation's model of inductor, the default inner compiler: where its buffers live longer than op-by-op
+execution keeps them.
+
+inductor does not run the forward and backward modules node by node. Three of its habits hold memory the op-by-op
+schedule would not, and the simulation follows them when `inner="inductor"`:
+
+- ``add(mm(a, b), c)`` becomes one ``addmm(c, a, b)`` that runs where the add runs, so ``a`` and ``b`` stay live
+  until then (a tied embedding's weight gradient keeps the logits' gradient until the end of backward);
+- a buffer a module allocated and no longer reads is kept for the module's next allocation of the same dtype and
+  size, so it stays live until then;
+- a recomputed kernel computed from saved values alone is fused with the first backward kernel that reads one of
+  them (nothing orders it after the backward work before it), so its buffer is allocated there.
+
+Fusion also keeps many pointwise values from being written out at all, which makes inductor's peak lower than the
+op-by-op one; the simulation leaves that out, as a bound: on the benchmark models inductor's measured peak stays at
+or below the simulated one. Pure functions of the graph facts and the plan; forward and backward (with its
+recomputation) are separate modules, as each is its own inductor graph.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..capture import Graph
+
+OPAQUE, POINTWISE, REDUCTION = 0, 1, 2
+# Ops inductor generates inside the kernels that read them though no tag marks them pointwise: value creators, and
+# gathers (a load at computed indices).
+_GENERATORS = frozenset({"aten.full.default", "aten.scalar_tensor.default", "prims.iota.default",
+                         "aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default",
+                         "aten.embedding.default", "aten.index.Tensor", "aten.gather.default"})
+_MM, _ADD = "aten.mm.default", "aten.add.Tensor"
+
+
+def kind(v) -> int:
+    """How inductor treats the op: POINTWISE (a loop over its inputs, which inductor may fuse with other loops),
+    REDUCTION (the same, reducing) or OPAQUE (a library call: matmul, random op, fallback)."""
+    if "nondeterministic_seeded" in v.tags:
+        return OPAQUE
+    if "pointwise" in v.tags or v.op in _GENERATORS:
+        return POINTWISE
+    return REDUCTION if "reduction" in v.tags else OPAQUE
+
+
+def addmm_target(graph: Graph, v) -> str:
+    """The add an mm becomes an addmm with (inductor's post-grad pattern), or "": the mm's only reader is an add of
+    a tensor of the same dtype whose shape broadcasts to the mm's."""
+    if v.op != _MM or len(v.users) != 1:
+        return ""
+    add = graph[v.users[0]]
+    if add.op != _ADD or len(add.inputs) != 2:
+        return ""
+    other = graph[add.inputs[0] if add.inputs[1] == v.name else add.inputs[1]]
+    if not other.is_tensor or other.dtype != v.dtype or not _broadcasts(other.shape, v.shape):
+        return ""
+    return add.name
+
+
+def _broadcasts(shape: Sequence, to: Sequence) -> bool:
+    if len(shape) > len(to):
+        return False
+    return all(s == 1 or s == t for s, t in zip(reversed(tuple(shape)), reversed(tuple(to))))
+
+
+def folded(a, order: Sequence[int], member: bytearray, kept: bytearray) -> bytearray:
+    """Per joint-graph position, 1 for an mm that one module (the nodes of `order`, in schedule order; `member` marks
+    them) computes as an addmm where its add runs. `kept`: values the module must write out (saved for backward,
+    outputs). `a`: the plan's Arrays."""
+    out = bytearray(len(a.names))
+    for i in order:
+        target = a.folds[i]
+        if target >= 0 and member[target] and not kept[i] and _readers(a, i, member) == [target]:
+            out[i] = 1
+    return out
+
+
+def _readers(a, i: int, member: bytearray) -> list[int]:
+    """The module's nodes that read `i` itself or through views of it."""
+    found, stack = [], [i]
+    while stack:
+        for u in a.users[stack.pop()]:
+            if not member[u]:
+                continue
+            if a.is_view[u]:
+                stack.append(u)
+            else:
+                found.append(u)
+    return found
+
+
+def expand(a, i: int, inlined: bytearray, memo: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
+    """What node `i` reads once the values computed inside it (`inlined`) are replaced by what they read."""
+    if i in memo:
+        return memo[i]
+    found: list[int] = []
+    for j in a.inputs[i]:
+        owner = a.storage[j]
+        if inlined[owner]:
+            found.extend(expand(a, owner, inlined, memo))
+        else:
+            found.append(j)
+    memo[i] = result = tuple(dict.fromkeys(found))
+    return result
+
+
+def reuse(spans: list[tuple[int, int, int]], keys: Sequence, boundary: int) -> list[tuple[int, int, int]]:
+    """inductor's buffer reuse: a buffer its module allocated and no longer reads is not freed at once but kept for
+    the module's next allocation of the same dtype and size (the most recently released first), so it stays live
+    until then. `spans`: (owner, first step, last step); `keys[owner]`: what must match; `boundary`: the first
+    backward step. Forward and backward are separate modules: a buffer is reused only within the module that
+    allocated and released it, and values passed from one to the other are never reused."""
+    ends = [last for _, _, last in spans]
+    for inside in (lambda step: step < boundary, lambda step: step >= boundary):
+        starts: dict[int, list[int]] = {}
+        frees: dict[int, list[int]] = {}
+        for k, (_, first, last) in enumerate(spans):
+            if inside(first) and inside(last):
+                starts.setdefault(first, []).append(k)
+                frees.setdefault(last, []).append(k)
+        pool: dict[object, list[int]] = {}
+        for step in sorted(starts.keys() | frees.keys()):
+            for k in starts.get(step, ()):  # a kernel's outputs are allocated before it runs...
+                free = pool.get(keys[spans[k][0]])
+                if free:
+                    ends[free.pop()] = step - 1  # held until this allocation takes it over
+            for k in frees.get(step, ()):  # ...and what it read last is released after
+                pool.setdefault(keys[spans[k][0]], []).append(k)
+    return [(owner, first, ends[k]) for k, (owner, first, _) in enumerate(spans)]

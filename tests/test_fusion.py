@@ -1,0 +1,150 @@
+"""The simulation's model of inductor (remat/plan/fusion.py): add(mm) becomes one addmm at the add, freed buffers
+are held for the next allocation of their size, recomputation from saved values alone runs with the first kernel
+reading them; and explain under inner="inductor" plans the graph a compile plans."""
+import copy
+import types
+
+import pytest
+import torch
+import torch.nn as nn
+
+import remat
+from remat.config import RematConfig
+from remat.explain import capture_joints
+from remat.pipeline import plan_joint
+from remat.plan import fusion
+from remat.plan.simulate import lifetimes
+
+from graphs import MIB
+
+
+def _value(op, *tags):
+    return types.SimpleNamespace(op=op, tags=frozenset(tags))
+
+
+def test_kinds():
+    assert fusion.kind(_value("aten.sin.default", "pointwise", "core")) == fusion.POINTWISE
+    assert fusion.kind(_value("aten.full.default", "core")) == fusion.POINTWISE  # a loop, though untagged
+    assert fusion.kind(_value("aten.embedding.default", "core")) == fusion.POINTWISE  # a gather
+    assert fusion.kind(_value("aten.sum.dim_IntList", "reduction")) == fusion.REDUCTION
+    assert fusion.kind(_value("aten.mm.default", "core")) == fusion.OPAQUE
+    assert fusion.kind(_value("aten.bernoulli.p", "pointwise", "nondeterministic_seeded")) == fusion.OPAQUE
+
+
+def test_reuse_holds_a_freed_buffer_until_the_next_allocation_of_its_size():
+    # owner 0 (key A) lives 0..1; owner 1 (key B) is allocated at 2; owner 2 (key A) at 4 takes owner 0's buffer
+    keys = ["A", "B", "A"]
+    spans = [(0, 0, 1), (1, 2, 3), (2, 4, 6)]
+    assert fusion.reuse(spans, keys, boundary=100) == [(0, 0, 3), (1, 2, 3), (2, 4, 6)]
+    # the most recently released buffer is taken first; the other is freed where it was
+    spans = [(0, 0, 1), (0, 0, 2), (2, 5, 6)]
+    assert fusion.reuse(spans, ["A", "A", "A"], boundary=100) == [(0, 0, 1), (0, 0, 4), (2, 5, 6)]
+    # a buffer is allocated before its kernel runs and the kernel's last reads released after: no reuse in one step
+    assert fusion.reuse([(0, 0, 3), (2, 3, 5)], keys, boundary=100) == [(0, 0, 3), (2, 3, 5)]
+
+
+def test_reuse_stays_within_one_module():
+    keys = ["A", "A", "A"]
+    # freed in forward (steps < 4), allocated in backward: separate modules, nothing held
+    assert fusion.reuse([(0, 0, 1), (2, 5, 6)], keys, boundary=4) == [(0, 0, 1), (2, 5, 6)]
+    # a saved value (forward → backward) is the backward's input: freed, never reused
+    assert fusion.reuse([(0, 0, 5), (2, 7, 8)], keys, boundary=4) == [(0, 0, 5), (2, 7, 8)]
+
+
+class MMAdd(nn.Module):
+    """(x @ w) + z: inductor computes it as one addmm(z, x, w)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(512, 512) / 512**0.5)
+
+    def forward(self, x, z):
+        return ((x @ self.w) + z).tanh().sum()
+
+
+def _planned(model, *inputs, inner, **fields):
+    (captured,) = capture_joints(model, *inputs, inner=inner)
+    return plan_joint(captured.joint, captured.num_fwd_outputs, RematConfig(inner=inner, **fields))
+
+
+def _buffers(planned):
+    """Names of the values that get a buffer of their own in the plan's simulation."""
+    life = lifetimes(planned.problem, planned.resolved)
+    return {planned.problem.arrays.names[owner] for owner, _, _ in life.spans}
+
+
+def _by_op(planned, op):
+    """Forward values computed by `op`."""
+    return [v.name for v in planned.problem.graph.values if v.op == op and v.role.name == "FORWARD"]
+
+
+def test_mm_read_only_by_an_add_runs_as_addmm_at_the_add():
+    x, z = torch.randn(512, 512, requires_grad=True), torch.randn(512, 512)
+    fused = _planned(MMAdd(), x, z, inner="inductor", memory_budget=None)
+    (mm,) = _by_op(fused, "aten.mm.default")
+    (add,) = _by_op(fused, "aten.add.Tensor")
+    a = fused.problem.arrays
+    assert a.folds[a.index[mm]] == a.index[add]
+    assert mm not in _buffers(fused) and add in _buffers(fused)
+    eager = _planned(MMAdd(), x, z, inner="aot_eager", memory_budget=None)
+    assert mm in _buffers(eager)
+
+
+class Block(nn.Module):
+    def __init__(self, d=256, h=1024):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, h), nn.GELU(approximate="tanh"), nn.Linear(h, d))
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
+
+
+@pytest.mark.parametrize("budget", [None, 0.0])
+def test_explain_plans_the_graph_an_inductor_compile_plans(budget):
+    torch.manual_seed(0)
+    model = nn.Sequential(Block(), Block())
+    x = torch.randn(256, 256, requires_grad=True)
+    explained = remat.explain(model, x, memory_budget=budget, inner="inductor")
+    # inductor's decompositions: layer norm and tanh-GELU reach the planner as their pointwise parts
+    assert not any(d.op == "aten.native_layer_norm.default" for d in explained.decisions)
+    compiled = torch.compile(copy.deepcopy(model), backend="remat", options={"memory_budget": budget})
+    compiled(x).sum().backward()
+    plan = remat.last_plan()
+    assert [(d.name, d.action) for d in explained.decisions] == [(d.name, d.action) for d in plan.decisions]
+    assert (explained.peak_bytes, explained.saved_bytes, explained.recompute_flops) == (
+        plan.peak_bytes, plan.saved_bytes, plan.recompute_flops)
+
+
+class Recompute(nn.Module):
+    """h = x @ w1 (saved); a = h.sin() (recomputed at budget 0.0); loss = (a @ w2).sum() + h.square().sum()."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(512, 512) / 512**0.5)
+        self.w2 = nn.Parameter(torch.randn(512, 512) / 512**0.5)
+
+    def forward(self, x):
+        h = x @ self.w1
+        return (h.sin() @ self.w2).sum() + h.square().sum()
+
+
+def test_recomputation_from_saved_values_alone_is_allocated_with_their_first_backward_reader():
+    x = torch.randn(512, 512, requires_grad=True)
+    eager = _planned(Recompute(), x, inner="aot_eager", memory_budget=0.0)
+    fused = _planned(Recompute(), x, inner="inductor", memory_budget=0.0)
+    for planned in (eager, fused):
+        assert [v for v in planned.resolved.recomputed if planned.problem.graph[v].op == "aten.sin.default"]
+    life_e = lifetimes(eager.problem, eager.resolved)
+    life_f = lifetimes(fused.problem, fused.resolved)
+    (sin,) = [n for n in _by_op(fused, "aten.sin.default")]
+    i = fused.problem.arrays.index[sin]
+    (span_e,) = [s for s in life_e.spans if s[0] == i and s[1] >= len(life_e.fw)]
+    (span_f,) = [s for s in life_f.spans if s[0] == i and s[1] >= len(life_f.fw)]
+    # op by op, sin is recomputed just before the mm that reads it; under inductor, from the first backward step
+    # that reads the saved h
+    assert span_f[1] < span_e[1]
+    steps = life_f.fw + life_f.bw
+    h = fused.problem.arrays.index[_by_op(fused, "aten.mm.default")[0]]
+    first_read = min(p for p, node in enumerate(steps) if p >= len(life_f.fw) and h in fused.problem.arrays.inputs[node])
+    assert span_f[1] == first_read
