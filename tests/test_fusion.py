@@ -117,7 +117,7 @@ def test_explain_plans_the_graph_an_inductor_compile_plans(budget):
 
 
 class Recompute(nn.Module):
-    """h = x @ w1 (saved); a = h.sin() (recomputed at budget 0.0); loss = (a @ w2).sum() + h.square().sum()."""
+    """h = x @ w1 (saved); a = h.sin() (recomputed by policy); loss = (a @ w2).sum() + h.square().sum()."""
 
     def __init__(self):
         super().__init__()
@@ -131,8 +131,11 @@ class Recompute(nn.Module):
 
 def test_recomputation_from_saved_values_alone_is_allocated_with_their_first_backward_reader():
     x = torch.randn(512, 512, requires_grad=True)
-    eager = _planned(Recompute(), x, inner="aot_eager", memory_budget=0.0)
-    fused = _planned(Recompute(), x, inner="inductor", memory_budget=0.0)
+    def sin(info):
+        return remat.Action.RECOMPUTE if info.op == "aten.sin.default" else None
+
+    eager = _planned(Recompute(), x, inner="aot_eager", memory_budget=None, policy=sin)
+    fused = _planned(Recompute(), x, inner="inductor", memory_budget=None, policy=sin)
     for planned in (eager, fused):
         assert [v for v in planned.resolved.recomputed if planned.problem.graph[v].op == "aten.sin.default"]
     life_e = lifetimes(eager.problem, eager.resolved)
