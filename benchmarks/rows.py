@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+from workloads import Workload
 
 import remat
 from remat.runtime.buffers import POOL
-from workloads import Workload
 
 MiB = 2**20
 TORCH_BUDGETS = (0.5, 0.2, 0.0)

@@ -6,7 +6,7 @@ import types
 
 import pytest
 import torch
-import torch.nn as nn
+from torch import nn
 
 import remat
 from remat.config import RematConfig
@@ -14,8 +14,6 @@ from remat.explain import capture_joints
 from remat.pipeline import plan_joint
 from remat.plan import fusion
 from remat.plan.simulate import lifetimes
-
-from graphs import MIB
 
 
 def _value(op, *tags):
