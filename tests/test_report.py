@@ -38,6 +38,8 @@ def gpt_joints():
 
 
 def plan(captured, **fields):
+    """The joints here are captured as aot_eager traces them, so they are planned for that inner compiler."""
+    fields.setdefault("inner", "aot_eager")
     return plan_joint(captured.joint, captured.num_fwd_outputs, RematConfig(**fields)).plan
 
 
