@@ -150,7 +150,7 @@ def test_inductor_own_random_ops_replay_from_their_seeds():
 def test_under_inductor_eager_random_ops_are_saved():
     # inductor schedules opaque calls freely, so a save-state-and-draw call could move relative to other draws:
     # under inductor only its own seeded random ops are replayed; eager's (fallback_random) are saved.
-    # (without fallback_random inductor draws with its own seeded ops, which replay; see the test below)
+    # (without fallback_random inductor draws with its own seeded ops, which replay: the test above)
     torch.manual_seed(0)
     with torch._inductor.config.patch(fallback_random=True):
         plan = remat.explain(Dropouts(), torch.randn(20000), memory_budget=0.0, inner="inductor")
