@@ -120,7 +120,7 @@ torch's default partition (which keeps everything backward reads) and the least 
     code('''
 BUDGET = "16MiB"
 
-least = remat.explain(model, *batch, memory_budget=0.0)
+least = remat.explain(model, *batch, memory_budget=0.0, inner="aot_eager")  # as compiled below
 print(f"default partition peak: {least.baseline.peak_bytes / MIB:.2f} MiB")
 print(f"least peak remat can reach: {least.peak_bytes / MIB:.2f} MiB")
 
@@ -527,7 +527,7 @@ CPU (`notebooks/partition_worker.py`: the same model, `partition="world"`, one t
 import subprocess
 import sys
 
-single = remat.explain(model, x)
+single = remat.explain(model, x, inner="aot_eager")  # as the ranks compile it
 print(f"single process: saves {single.saved_bytes / 2**20:.2f} MiB")
 ranks = subprocess.run([sys.executable, "notebooks/partition_worker.py", "2"], capture_output=True, text=True, check=True)
 print(ranks.stdout.strip())
