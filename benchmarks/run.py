@@ -144,8 +144,11 @@ def solver_gaps(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
         records = []
         for fraction in SOLVER_FRACTIONS:
             try:
-                comparison = remat.compare_solvers(lambda *a: workload.loss_fn(workload.model, *a), *workload.inputs,
-                                                   memory_budget=fraction, solver_time_limit=20.0)
+                # the graph the rows compile: the same inner compiler, and its random ops as the rows draw them
+                with rows.row_context(rows.RowSpec("solvers", "remat", "remat"), args.inner, args.fallback_random):
+                    comparison = remat.compare_solvers(lambda *a: workload.loss_fn(workload.model, *a),
+                                                       *workload.inputs, memory_budget=fraction, inner=args.inner,
+                                                       solver_time_limit=20.0)
             except Exception as exc:  # a failing comparison is reported, not fatal
                 records.append({"fraction": fraction, "error": f"{type(exc).__name__}: {exc}"})
                 continue
