@@ -115,16 +115,18 @@ def test_explain_plans_the_graph_an_inductor_compile_plans(budget):
 
 
 class Recompute(nn.Module):
-    """h = x @ w1 (saved); a = h.sin() (recomputed by policy); loss = (a @ w2).sum() + h.square().sum()."""
+    """h = x @ w1 (saved); loss = (sin(h) @ w2).sum() + (h @ w3).sum(), sin recomputed by policy. Backward runs the
+    later term first: w3's gradient mm reads h before anything needs sin(h)."""
 
     def __init__(self):
         super().__init__()
         self.w1 = nn.Parameter(torch.randn(512, 512) / 512**0.5)
         self.w2 = nn.Parameter(torch.randn(512, 512) / 512**0.5)
+        self.w3 = nn.Parameter(torch.randn(512, 512) / 512**0.5)
 
     def forward(self, x):
         h = x @ self.w1
-        return (h.sin() @ self.w2).sum() + h.square().sum()
+        return (h.sin() @ self.w2).sum() + (h @ self.w3).sum()
 
 
 def test_recomputation_from_saved_values_alone_is_allocated_with_their_first_backward_reader():
@@ -149,3 +151,40 @@ def test_recomputation_from_saved_values_alone_is_allocated_with_their_first_bac
     h = fused.problem.arrays.index[_by_op(fused, "aten.mm.default")[0]]
     first_read = min(p for p, node in enumerate(steps) if p >= len(life_f.fw) and h in fused.problem.arrays.inputs[node])
     assert span_f[1] == first_read
+
+
+class SinMM(nn.Module):
+    """z = sin(x @ w1); loss = (z @ w2).sum(). In backward, sin's gradient is grad * cos(h): cos is read only by
+    that pointwise multiply."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(512, 512) / 512**0.5)
+        self.w2 = nn.Parameter(torch.randn(512, 512) / 512**0.5)
+
+    def forward(self, x):
+        return ((x @ self.w1).sin() @ self.w2).sum()
+
+
+def test_a_gradient_read_only_by_pointwise_kernels_gets_no_buffer_under_inductor():
+    x = torch.randn(512, 512, requires_grad=True)
+    eager = _planned(SinMM(), x, inner="aot_eager", memory_budget=None)
+    fused = _planned(SinMM(), x, inner="inductor", memory_budget=None)
+
+    def backward_cos(planned):
+        (cos,) = [v.name for v in planned.problem.graph.values
+                  if v.op == "aten.cos.default" and v.role.name == "BACKWARD"]
+        return cos
+
+    assert backward_cos(eager) in _buffers(eager)
+    assert backward_cos(fused) not in _buffers(fused)  # the multiply computes it in its own loop
+    (mul,) = [v.name for v in fused.problem.graph.values
+              if v.op == "aten.mul.Tensor" and v.role.name == "BACKWARD" and backward_cos(fused) in v.inputs]
+    assert mul in _buffers(fused)  # an mm reads the gradient: it is written out
+    # op by op, cos(h) is written while h is still live; under inductor h is read where the multiply runs, and the
+    # step where cos ran holds 1 MiB less
+    def live_at_cos(planned):
+        t = planned.plan.timeline
+        return t.live[t.steps.index(backward_cos(planned))]
+
+    assert live_at_cos(eager) - live_at_cos(fused) == 2**20

@@ -1,26 +1,29 @@
-"""The simulation's model of inductor, the default inner compiler: where its buffers live longer than op-by-op
-execution keeps them.
+"""The simulation's model of inductor, the default inner compiler: which buffers it writes out, and for how long.
 
-inductor does not run the forward and backward modules node by node. Three of its habits hold memory the op-by-op
-schedule would not, and the simulation follows them when `inner="inductor"`:
+inductor does not run the forward and backward modules node by node. The simulation follows four of its habits when
+`inner="inductor"`:
 
 - ``add(mm(a, b), c)`` becomes one ``addmm(c, a, b)`` that runs where the add runs, so ``a`` and ``b`` stay live
   until then (a tied embedding's weight gradient keeps the logits' gradient until the end of backward);
 - a buffer a module allocated and no longer reads is kept for the module's next allocation of the same dtype and
   size, so it stays live until then;
-- a recomputed kernel computed from saved values alone is fused with the first backward kernel that reads one of
-  them (nothing orders it after the backward work before it), so its buffer is allocated there.
+- a recomputed loop computed from saved values alone is fused with the first backward kernel that reads one of them
+  (nothing orders it after the backward work before it), so its buffer is allocated there;
+- a backward value computed by a pointwise op and read only by pointwise or reduction loops is computed inside those
+  loops and never written out; what it reads stays live until they run.
 
-Fusion also keeps many pointwise values from being written out at all, which makes inductor's peak lower than the
-op-by-op one; the simulation leaves that out, as a bound: on the benchmark models inductor's measured peak stays at
-or below the simulated one. Pure functions of the graph facts and the plan; forward and backward (with its
-recomputation) are separate modules, as each is its own inductor graph.
+Fusion keeps many more values from being written out — forward activations, recomputed chains — but inductor is also
+free to move such loops earlier than the schedule puts them; the simulation writes those out, a bound that on the
+benchmark models keeps inductor's measured peak at or below the simulated one. Pure functions of the graph facts and
+the plan; forward and backward (with its recomputation) are separate modules, as each is its own inductor graph.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from ..capture import Graph
+
+READS_LIMIT = 4  # torch._inductor.config.realize_reads_threshold
 
 OPAQUE, POINTWISE, REDUCTION = 0, 1, 2
 # Ops inductor generates inside the kernels that read them though no tag marks them pointwise: value creators, and
@@ -70,6 +73,43 @@ def folded(a, order: Sequence[int], member: bytearray, kept: bytearray) -> bytea
         target = a.folds[i]
         if target >= 0 and member[target] and not kept[i] and _readers(a, i, member) == [target]:
             out[i] = 1
+    return out
+
+
+def inlined(a, order: Sequence[int], member: bytearray, kept: bytearray, eligible: bytearray,
+            folded_: bytearray) -> bytearray:
+    """Per position, 1 for a value of `eligible` that inductor computes inside the kernels reading it: a pointwise
+    value every reader of which (in the module) is a pointwise or reduction loop, and not one an addmm reads; still
+    written out when several kernels read it and computing it in each would read more than READS_LIMIT buffers."""
+    n = len(a.names)
+    kinds, allocates = a.kinds, a.allocates
+    absorbing = bytearray(n)  # adds that run as an addmm (a library call reading its other input)
+    for i in order:
+        if folded_[i]:
+            absorbing[a.folds[i]] = 1
+    out = bytearray(n)
+    for i in order:
+        out[i] = folded_[i]
+    reads: dict[int, frozenset[int]] = {}
+
+    def buffers(i: int) -> frozenset[int]:
+        owner = a.storage[i]
+        if not out[owner]:
+            return frozenset((owner,))
+        if owner not in reads:
+            reads[owner] = frozenset().union(*(buffers(j) for j in a.inputs[owner]))
+        return reads[owner]
+
+    for i in order:
+        if not eligible[i] or kinds[i] != POINTWISE or not allocates[i] or kept[i] or absorbing[i]:
+            continue
+        consumers = _readers(a, i, member)
+        if not consumers or any(kinds[c] == OPAQUE or absorbing[c] for c in consumers):
+            continue
+        out[i] = 1
+        if len(consumers) > 1 and len(buffers(i)) > READS_LIMIT:
+            out[i] = 0
+            reads.pop(i, None)
     return out
 
 

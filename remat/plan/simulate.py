@@ -190,7 +190,12 @@ def _folded(problem: Problem, resolved: Resolved, fw: list[int], bw: list[int], 
         fw_kept[a.storage[a.index[name]]] = 1
     for i in excluded:
         bw_kept[i] = 1
-    return fusion.folded(a, fw, fw_member, fw_kept), fusion.folded(a, bw, bw_member, bw_kept)
+    bw_folded = fusion.folded(a, bw, bw_member, bw_kept)
+    gradients = bytearray(n)  # backward's own values: computed from gradients, so never ahead of them
+    for i in bw:
+        gradients[i] = a.role[i] == BACKWARD_ROLE
+    return (fusion.folded(a, fw, fw_member, fw_kept),
+            fusion.inlined(a, bw, bw_member, bw_kept, gradients, bw_folded))
 
 
 def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw):
