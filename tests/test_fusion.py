@@ -188,3 +188,16 @@ def test_a_gradient_read_only_by_pointwise_kernels_gets_no_buffer_under_inductor
         return t.live[t.steps.index(backward_cos(planned))]
 
     assert live_at_cos(eager) - live_at_cos(fused) == 2**20
+
+
+@pytest.mark.inductor
+def test_inductor_measured_peak_stays_within_the_simulated_one():
+    torch.manual_seed(0)
+    model = nn.Sequential(Block(), Block(), Block())
+    x = torch.randn(512, 256, requires_grad=True)
+    compiled = torch.compile(model, backend="remat", options={"memory_budget": 0.5})
+    compiled(x).sum().backward()
+    plan = remat.last_plan()
+    leaves = [*model.parameters(), x]
+    measured = remat.measure.training_peak(lambda: compiled(x).sum().backward(), leaves)
+    assert 0 < measured <= plan.peak_bytes <= plan.budget_bytes
