@@ -60,7 +60,8 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
 
 def explain_all(model: Callable[..., Any], *inputs: Any, **fields: Any) -> list[Planned]:
     config = RematConfig.from_options(fields)
-    return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked) for c in capture_joints(model, *inputs, inner=config.inner)]
+    captured = capture_joints(model, *inputs, inner=config.inner)
+    return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked) for c in captured]
 
 
 def explain(model: Callable[..., Any], *inputs: Any, **fields: Any):

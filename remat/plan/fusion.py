@@ -77,19 +77,17 @@ def folded(a, order: Sequence[int], member: bytearray, kept: bytearray) -> bytea
 
 
 def inlined(a, order: Sequence[int], member: bytearray, kept: bytearray, eligible: bytearray,
-            folded_: bytearray) -> bytearray:
+            folded_mm: bytearray) -> bytearray:
     """Per position, 1 for a value of `eligible` that inductor computes inside the kernels reading it: a pointwise
     value every reader of which (in the module) is a pointwise or reduction loop, and not one an addmm reads; still
-    written out when several kernels read it and computing it in each would read more than READS_LIMIT buffers."""
-    n = len(a.names)
+    written out when several kernels read it and computing it in each would read more than READS_LIMIT buffers.
+    `folded_mm`: the module's mms that run inside an addmm (`folded`); they stay marked in the result."""
     kinds, allocates = a.kinds, a.allocates
-    absorbing = bytearray(n)  # adds that run as an addmm (a library call reading its other input)
+    absorbing = bytearray(len(a.names))  # adds that run as an addmm (a library call reading its other input)
     for i in order:
-        if folded_[i]:
+        if folded_mm[i]:
             absorbing[a.folds[i]] = 1
-    out = bytearray(n)
-    for i in order:
-        out[i] = folded_[i]
+    out = bytearray(folded_mm)
     reads: dict[int, frozenset[int]] = {}
 
     def buffers(i: int) -> frozenset[int]:
