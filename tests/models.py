@@ -46,16 +46,9 @@ class CausalLM(nn.Module):
         return self.lm(input_ids=ids, labels=ids).loss
 
 
-class MaskedLM(nn.Module):
-    def __init__(self, lm: nn.Module):
-        super().__init__()
-        self.lm = lm
+class LabelledLM(nn.Module):
+    """A model whose loss takes separate labels: masked LM (BERT), sequence to sequence (T5)."""
 
-    def forward(self, ids, labels):
-        return self.lm(input_ids=ids, labels=labels).loss
-
-
-class Seq2Seq(nn.Module):
     def __init__(self, lm: nn.Module):
         super().__init__()
         self.lm = lm
@@ -79,7 +72,7 @@ def bert() -> Case:
                           vocab_size=128, max_position_embeddings=32)  # hidden and attention dropout 0.1
     ids = _ids(128, (2, 16), 2)
     labels = torch.where(torch.arange(16) % 4 == 0, ids, torch.full_like(ids, -100))  # a quarter are masked targets
-    return Case(MaskedLM(t.BertForMaskedLM(config)), (ids, labels), dropout=True, batchnorm=False)
+    return Case(LabelledLM(t.BertForMaskedLM(config)), (ids, labels), dropout=True, batchnorm=False)
 
 
 def llama() -> Case:
@@ -96,7 +89,7 @@ def t5() -> Case:
     torch.manual_seed(0)
     config = t.T5Config(num_layers=2, num_decoder_layers=2, d_model=64, d_kv=16, num_heads=4, d_ff=128,
                         vocab_size=128, dropout_rate=0.1, decoder_start_token_id=0, pad_token_id=0)
-    return Case(Seq2Seq(t.T5ForConditionalGeneration(config)), (_ids(128, (2, 16), 4), _ids(128, (2, 8), 5)),
+    return Case(LabelledLM(t.T5ForConditionalGeneration(config)), (_ids(128, (2, 16), 4), _ids(128, (2, 8), 5)),
                 dropout=True, batchnorm=False)
 
 

@@ -94,7 +94,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     in_fw = bytearray(n)
     for i in fw:
         in_fw[i] = 1
-    fw_in, bw_in = _folded(problem, resolved, fw, bw, excluded) if problem.fuses else (bytearray(n), bytearray(n))
+    fw_in, bw_in = _fused(problem, resolved, in_fw, bw, excluded) if problem.fuses else (bytearray(n), bytearray(n))
     memo_fw: dict[int, tuple[int, ...]] = {}
     memo_bw: dict[int, tuple[int, ...]] = {}
     for pos, i in enumerate(fw):
@@ -173,29 +173,23 @@ def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo
             alloc[k] = earliest
 
 
-def _folded(problem: Problem, resolved: Resolved, fw: list[int], bw: list[int], excluded: set[int]):
-    """Per position, whether inductor runs the value as part of a later kernel (an mm inside an addmm) in the forward
-    module and in the backward module (fusion.py). The forward writes out what it saves and returns; the backward its
-    gradients."""
+def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int], excluded: set[int]):
+    """Per position, whether inductor computes the value inside a later kernel rather than writing it out, in the
+    forward module (an mm inside an addmm) and in the backward module (that, and gradients read only by pointwise
+    loops) — fusion.py. The forward writes out what it saves and returns; the backward its gradients."""
     a = problem.arrays
     n = len(a.names)
-    fw_member, bw_member, fw_kept, bw_kept = bytearray(n), bytearray(n), bytearray(n), bytearray(n)
-    for i in fw:
-        fw_member[i] = 1
+    fw = [i for i in range(n) if in_fw[i]]
+    in_bw, fw_kept, bw_kept, gradients = bytearray(n), bytearray(n), bytearray(n), bytearray(n)
     for i in bw:
-        bw_member[i] = 1
-    for name in resolved.saved:
-        fw_kept[a.storage[a.index[name]]] = 1
-    for name in problem.graph.fw_outputs:
+        in_bw[i] = 1
+        gradients[i] = a.role[i] == BACKWARD_ROLE  # computed from gradients, so never ahead of them
+    for name in (*resolved.saved, *problem.graph.fw_outputs):
         fw_kept[a.storage[a.index[name]]] = 1
     for i in excluded:
         bw_kept[i] = 1
-    bw_folded = fusion.folded(a, bw, bw_member, bw_kept)
-    gradients = bytearray(n)  # backward's own values: computed from gradients, so never ahead of them
-    for i in bw:
-        gradients[i] = a.role[i] == BACKWARD_ROLE
-    return (fusion.folded(a, fw, fw_member, fw_kept),
-            fusion.inlined(a, bw, bw_member, bw_kept, gradients, bw_folded))
+    bw_folded = fusion.folded(a, bw, in_bw, bw_kept)
+    return fusion.folded(a, fw, in_fw, fw_kept), fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded)
 
 
 def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw):
