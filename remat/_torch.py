@@ -85,3 +85,30 @@ def outside_fake_mode() -> Any:
     """A context in which tensors are real again while a compile runs under fake tensors (for collectives at
     compile time)."""
     return _lookup("torch._subclasses.fake_tensor", "unset_fake_temporarily")()
+
+
+def min_cut_partition(joint: Any, num_fwd_outputs: int,
+                      static_lifetime_input_indices: Any = None) -> tuple[Any, Any, tuple[str, ...]]:
+    """torch's min-cut partitioner, as plain `torch.compile` with inductor runs it, on a copy of `joint` (it rewrites
+    the graph it is given): (forward module, backward module, names of the saved nodes, symbolic sizes included)."""
+    import copy
+
+    import torch.fx as fx
+
+    min_cut = _lookup("torch._functorch.partitioners", "min_cut_rematerialization_partition")
+    fw, bw = min_cut(copy.deepcopy(joint), None, compiler="inductor", num_fwd_outputs=num_fwd_outputs,
+                     static_lifetime_input_indices=static_lifetime_input_indices)
+    outputs = fw.graph.find_nodes(op="output")[0].args[0]
+    saved = tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))
+    return fw, bw, saved
+
+
+def min_cut_cse(joint: Any) -> None:
+    """Merge repeated computations of `joint` in place, as torch's min-cut partitioner does before it partitions
+    (when torch._functorch.config.cse is on): a backward op that repeats a forward op then reads the forward value,
+    so remat plans the same graph plain `torch.compile` with inductor partitions."""
+    if not getattr(importlib.import_module("torch._functorch.config"), "cse", False):
+        return
+    joint.graph.eliminate_dead_code()
+    joint.graph = _lookup("torch._functorch.compile_utils", "fx_graph_cse")(joint.graph)
+    joint.recompile()

@@ -64,7 +64,7 @@ class Partitioner:
     def __call__(self, joint: fx.GraphModule, joint_inputs: Sequence[Any], *, num_fwd_outputs: int,
                  static_lifetime_input_indices: Sequence[int] | None = None, **_: Any):
         config = self.config
-        planned = plan_joint(joint, num_fwd_outputs, config, self.hooked)
+        planned = plan_joint(joint, num_fwd_outputs, config, self.hooked, static_lifetime_input_indices)
         plan = planned.plan
         group = partition_group(config)
         if group is not None:
@@ -79,8 +79,12 @@ class Partitioner:
             profile_id=profile.id if profile is not None else -1,
             sync=config.synchronize,
         )
-        fw, bw = partition(joint, planned.problem, planned.resolved, num_fwd_outputs, static_lifetime_input_indices,
-                           runtime)
+        if planned.inner_modules is not None and planned.is_baseline and runtime.plain and not (
+                planned.resolved.offloaded or planned.resolved.partitioned):
+            fw, bw = planned.inner_modules  # the inner compiler's own partition, exactly as plain torch.compile runs it
+        else:
+            fw, bw = partition(joint, planned.problem, planned.resolved, num_fwd_outputs,
+                               static_lifetime_input_indices, runtime)
         _graphs.append((fw, bw))
         del _graphs[:-8]
         return fw, bw

@@ -194,19 +194,21 @@ def _clean_path(path: str) -> str:
     return path.rsplit("]", 1)[-1].lstrip(".")
 
 
-def capture(joint: fx.GraphModule, num_fwd_outputs: int) -> Graph:
-    """Read the facts of an aot_autograd joint graph. Pure: the graph is not modified."""
+def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool = True) -> Graph:
+    """Read the facts of an aot_autograd joint graph. Pure: the graph is not modified.
+
+    A node is backward if it reads a tangent. With `traced_backward`, so is a node aot_autograd traced in the
+    backward pass (its partitioner tag), e.g. sin(x) for the gradient of cos: torch's default partition runs such
+    nodes in backward. Without it they are forward values that may be saved or recomputed, as torch's min-cut
+    partitioner treats them (only a mutating one, or one tagged must_be_in_backward, stays in backward)."""
     nodes = list(joint.graph.nodes)
     position = {node: i for i, node in enumerate(nodes)}
-    # A node is backward if it reads a tangent, or if aot_autograd traced it in the backward pass (its partitioner
-    # tag): such nodes (e.g. sin(x) for the gradient of cos) run in backward, as torch's default partition runs them.
     tangent_dependent: set[str] = set()
     for node in nodes:
         if node.op == "placeholder" and node.name.startswith("tangents"):
             tangent_dependent.add(node.name)
         elif node.op == "call_function" and (
-            node.meta.get("partitioner_tag") == "is_backward"
-            or any(a.name in tangent_dependent for a in node.all_input_nodes)
+            _in_backward(node, traced_backward) or any(a.name in tangent_dependent for a in node.all_input_nodes)
         ):
             tangent_dependent.add(node.name)
 
@@ -248,7 +250,8 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int) -> Graph:
             shape=tuple(sym_hint(s) for s in val.shape) if is_tensor else (),
             dtype=str(val.dtype).replace("torch.", "") if is_tensor else "",
             module_path=_module_path(node),
-            tags=tags[node.target] if node.target in tags else tags.setdefault(node.target, _tags(node)),
+            tags=(tags[node.target] if node.target in tags else tags.setdefault(node.target, _tags(node)))
+            | (_FORMULA if node.meta.get("partitioner_tag") == "is_backward" else frozenset()),
             device=_device(val),
             origin=_origin(node),
         ))
@@ -257,6 +260,20 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int) -> Graph:
     fw_out = tuple(a.name for a in out_args[:num_fwd_outputs] if isinstance(a, fx.Node))
     bw_out = tuple(a.name for a in out_args[num_fwd_outputs:] if isinstance(a, fx.Node))
     return Graph(tuple(values), num_fwd_outputs, fw_out, bw_out, tuple(sorted(symbols)), _mutated_inputs(nodes))
+
+
+# remat's marker for a node aot_autograd traced in the backward pass (part of a gradient formula).
+_FORMULA = frozenset({"backward_formula"})
+
+
+def _in_backward(node: fx.Node, traced_backward: bool) -> bool:
+    tag = node.meta.get("partitioner_tag")
+    if tag == "must_be_in_backward":
+        return True
+    if tag != "is_backward":
+        return False
+    target = node.target
+    return traced_backward or (isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable)
 
 
 def _mutated_inputs(nodes: list[fx.Node]) -> tuple[str, ...]:

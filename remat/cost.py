@@ -50,9 +50,11 @@ def node_cost(node: fx.Node, is_view: bool) -> int:
 
 def costs(joint: fx.GraphModule, graph: Graph) -> Mapping[str, int]:
     """Recompute cost of every forward value, keyed by node name (0 for other nodes: only forward values are ever
-    recomputed)."""
+    recomputed). A forward value aot_autograd traced in the backward pass (a gradient formula's sin(x)) costs
+    nothing to leave to backward: backward computes it either way."""
     table = {}
     for node in joint.graph.nodes:
         value = graph[node.name]
-        table[node.name] = node_cost(node, value.is_view) if value.role is Role.FORWARD else 0
+        formula = "backward_formula" in value.tags
+        table[node.name] = node_cost(node, value.is_view) if value.role is Role.FORWARD and not formula else 0
     return types.MappingProxyType(table)

@@ -18,6 +18,7 @@ class Captured:
     joint: fx.GraphModule
     num_fwd_outputs: int
     hooked: frozenset[str] = frozenset()  # dynamo-graph nodes with tensor hooks (capture.hooked_nodes)
+    static_lifetime_input_indices: tuple[int, ...] | None = None  # as aot_autograd passes them to partitioners
 
 
 def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None = None,
@@ -31,10 +32,11 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
     joints: list[Captured] = []
     hooked: list[frozenset[str]] = []
 
-    def keep(joint, joint_inputs, *, num_fwd_outputs, **_kw):
+    def keep(joint, joint_inputs, *, num_fwd_outputs, static_lifetime_input_indices=None, **_kw):
         from torch._functorch.partitioners import default_partition
 
-        joints.append(Captured(joint, num_fwd_outputs, hooked[-1]))
+        static = tuple(static_lifetime_input_indices) if static_lifetime_input_indices is not None else None
+        joints.append(Captured(copy.deepcopy(joint), num_fwd_outputs, hooked[-1], static))
         return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs)
 
     compile_graph = _inductor_capture(keep) if inner == "inductor" else _aot_capture(keep)
@@ -61,7 +63,8 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
 def explain_all(model: Callable[..., Any], *inputs: Any, **fields: Any) -> list[Planned]:
     config = RematConfig.from_options(fields)
     captured = capture_joints(model, *inputs, inner=config.inner)
-    return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked) for c in captured]
+    return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked, c.static_lifetime_input_indices)
+            for c in captured]
 
 
 def explain(model: Callable[..., Any], *inputs: Any, **fields: Any):

@@ -11,10 +11,11 @@ from .config import RematConfig
 from .cost import costs
 from .plan.check import check_plan
 from .plan.plan import Plan
-from .plan.problem import Problem, Resolved, build_problem
+from . import _torch
+from .plan.problem import BaselineSpec, Problem, Resolved, build_problem
 from .plan.transfer import Transfer
 from .plan.solve import make_plan
-from .regions import region_count
+from .regions import checkpoint_regions, region_count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +23,14 @@ class Planned:
     plan: Plan
     problem: Problem
     resolved: Resolved
+    # The forward and backward modules the inner compiler's own partitioner built (inductor: min-cut), to run as
+    # they are when the plan is that partition's; None otherwise.
+    inner_modules: tuple[fx.GraphModule, fx.GraphModule] | None = None
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.resolved == self.problem.resolve_saved(self.problem.baseline.saved) \
+            if self.problem.baseline.saved is not None else False
 
 
 def partition_group(config: RematConfig):
@@ -49,15 +58,20 @@ def transfer_of(config: RematConfig) -> Transfer:
 
 
 def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
-               hooked: frozenset[str] = frozenset()) -> Planned:
+               hooked: frozenset[str] = frozenset(), static_lifetime_input_indices=None) -> Planned:
     """Plan one joint graph; `hooked` names the dynamo-graph nodes that carry tensor hooks (capture.hooked_nodes)."""
-    graph = capture(joint, num_fwd_outputs)
+    spec, modules = baseline_of(joint, num_fwd_outputs, config, static_lifetime_input_indices)
+    graph = capture(joint, num_fwd_outputs, traced_backward=spec.saved is None)
     table = costs(joint, graph)
     # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.
     rng = "seeded" if config.rng == "replay" and config.inner == "inductor" else config.rng
     constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, rng,
                            regions=config.memory_budget is None, hooked=hooked)
-    problem = build_problem(graph, table, constraints, transfer_of(config), fuses=config.inner == "inductor")
+    if spec.saved is None and config.memory_budget is not None and region_count(joint):
+        spec = BaselineSpec("default partition + checkpoint regions",
+                            chosen=frozenset(checkpoint_regions(joint, graph).must_recompute))
+    problem = build_problem(graph, table, constraints, transfer_of(config), fuses=config.inner == "inductor",
+                            baseline=spec)
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, config.solver_time_limit)
     if config.memory_budget is not None and (count := region_count(joint)):
@@ -66,4 +80,15 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
     resolved = plan.resolved  # the sets the simulator scored are the sets the rewrite builds
     if config.debug:
         check_plan(plan)
-    return Planned(plan, problem, resolved)
+    return Planned(plan, problem, resolved, modules)
+
+
+def baseline_of(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig, static_lifetime_input_indices=None):
+    """The inner compiler's own partition of `joint`: (BaselineSpec, its modules or None). Under inductor that is
+    torch's min-cut partitioner, run as plain `torch.compile` runs it (the user's functorch config applies)."""
+    if config.inner != "inductor":
+        regions = region_count(joint)
+        return BaselineSpec("default partition + checkpoint regions" if regions else "default partition"), None
+    _torch.min_cut_cse(joint)
+    fw, bw, saved = _torch.min_cut_partition(joint, num_fwd_outputs, static_lifetime_input_indices)
+    return BaselineSpec("inductor min-cut partition", saved=frozenset(saved)), (fw, bw)

@@ -179,7 +179,10 @@ def summary(plan: Plan) -> str:
     t = totals(plan.decisions)
     saves = f"saves {fmt_bytes(t.saved_bytes)} of {fmt_bytes(plan.baseline.saved_bytes)}"
     if plan.budget_bytes is None:
-        return (f"no memory_budget: {saves} (everything the default partition saves); recomputes nothing; "
+        recomputes = recompute_phrase(plan.decisions)
+        if recomputes != "nothing":
+            recomputes += f" ({fmt_flops(t.recompute_flops)}{_overhead(t.recompute_flops, plan.forward_flops)})"
+        return (f"no memory_budget: the {plan.baseline.kind}: {saves}; recomputes {recomputes}; "
                 f"peak {fmt_bytes(plan.peak_bytes)}")
     text = (
         f"{saves}; recomputes {recompute_phrase(plan.decisions)} "

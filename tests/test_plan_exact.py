@@ -40,9 +40,29 @@ def test_no_budget_saves_what_the_default_partition_saves(joint):
     outputs = list(fw.graph.find_nodes(op="output"))[0].args[0][joint.num_fwd_outputs:]
     graph = capture(joint.joint, joint.num_fwd_outputs)
     default_storages = {graph[n.name].storage for n in outputs if graph[graph[n.name].storage].role is Role.FORWARD}
-    p = plan(joint, memory_budget=None)
+    p = plan(joint, memory_budget=None, inner="aot_eager")
+    assert p.baseline.kind == "default partition"
     assert {graph[n].storage for n in p.saved} == default_storages
     assert p.saved_bytes == 10 * MIB == sum(graph[s].nbytes for s in default_storages)
+
+
+def test_no_budget_under_inductor_saves_what_min_cut_saves(joint):
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    gm = copy.deepcopy(joint.joint)
+    fw, _ = min_cut_rematerialization_partition(gm, None, num_fwd_outputs=joint.num_fwd_outputs)
+    outputs = list(fw.graph.find_nodes(op="output"))[0].args[0][joint.num_fwd_outputs:]
+    planned = plan_joint(copy.deepcopy(joint.joint), joint.num_fwd_outputs, RematConfig(inner="inductor"))
+    p = planned.plan
+    assert p.baseline.kind == "inductor min-cut partition"
+    assert planned.resolved.saved | planned.resolved.inputs == {n.name for n in outputs}
+    # min-cut keeps each mm output (for sin in backward) and each cos output through its transpose (for the weight
+    # gradient): 10 values of 1 MiB, as the default partition; the backward-traced sin and neg stay in backward.
+    assert p.saved_bytes == 10 * MIB == p.baseline.saved_bytes
+    assert sum(d.kept for d in p.decisions) == 10 * MIB
+    assert counts(p) == (0, 0)
+    assert {d.op for d in p.decisions if d.action is remat.Action.RECOMPUTE} == {"aten.sin.default", "aten.neg.default"}
+    assert p.budget_bytes is None and p.peak_bytes == p.baseline.peak_bytes
     assert p.peak_bytes == p.baseline.peak_bytes == 11 * MIB + LOSS
     assert p.recompute_flops == 0 and counts(p) == (0, 0)
 

@@ -34,6 +34,7 @@ class Arrays:
     users: tuple[tuple[int, ...], ...] = ()
     is_view: tuple[bool, ...] = ()
     reuse_keys: tuple[tuple[str, int], ...] = ()  # (dtype, bytes): which freed buffer inductor may reuse for it
+    formula: tuple[bool, ...] = ()  # traced in the backward pass (a gradient formula's sin(x)): capture's marker
 
 
 def arrays(graph: Graph) -> Arrays:
@@ -62,6 +63,7 @@ def arrays(graph: Graph) -> Arrays:
         users=tuple(tuple(index[u] for u in v.users) for v in graph.values),
         is_view=tuple(v.is_view for v in graph.values),
         reuse_keys=tuple((v.dtype, v.nbytes) for v in graph.values),
+        formula=tuple("backward_formula" in v.tags for v in graph.values),
     )
 
 

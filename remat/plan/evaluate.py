@@ -21,6 +21,7 @@ class Scored:
     cost: float  # recompute cost as the solvers weigh it (flops scaled by preferences)
     peak: int
     saved: int
+    label: str = ""  # the recipe or partition this plan reproduces ("per-block checkpoint"); "" for a solver's own
 
 
 class Evaluator:
@@ -48,11 +49,27 @@ class Evaluator:
             self._memo[resolved] = hit
         return hit
 
-    def score(self, chosen: Iterable[str]) -> Scored:
+    def score(self, chosen: Iterable[str], label: str = "") -> Scored:
         chosen = frozenset(chosen)
-        resolved = self.problem.resolve(chosen)
+        return self.score_resolved(self.problem.resolve(chosen), chosen, label)
+
+    def score_resolved(self, resolved: Resolved, chosen: frozenset[str] = frozenset(), label: str = "") -> Scored:
         cost, timeline = self._entry(resolved)
-        return Scored(chosen, resolved, cost, timeline.peak_bytes, timeline.saved_bytes)
+        return Scored(chosen, resolved, cost, timeline.peak_bytes, timeline.saved_bytes, label)
+
+    def baseline(self) -> Scored:
+        """The inner compiler's own plan (Problem.baseline): what `memory_budget=None` runs."""
+        spec = self.problem.baseline
+        if spec.saved is None:
+            return self.score(spec.chosen, spec.kind if spec.chosen else "")
+        resolved = self.problem.resolve_saved(spec.saved)
+        return self.score_resolved(resolved, resolved.recomputed & frozenset(self.problem.choosable), spec.kind)
+
+    def restricted(self, problem: Problem) -> "Evaluator":
+        """An evaluator of `problem` (the same graph under more constraints) sharing this one's simulations."""
+        other = Evaluator(problem)
+        other._memo = self._memo
+        return other
 
 
 def pick(family: list[Scored], budget: int | None) -> Scored:

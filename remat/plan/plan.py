@@ -42,11 +42,14 @@ class Decision:
 
 @dataclasses.dataclass(frozen=True)
 class Baseline:
-    """Figures of the plan that saves everything backward reads (what torch's default partition does)."""
+    """Figures of the inner compiler's own plan, the one `memory_budget=None` runs: `kind` names it ("inductor
+    min-cut partition" under inductor; "default partition", which saves everything backward reads, under aot_eager
+    and eager; "+ checkpoint regions" when the model marks its own)."""
 
     saved_bytes: int
     peak_bytes: int
     recompute_flops: int = 0
+    kind: str = "default partition"
 
 
 @dataclasses.dataclass(frozen=True)

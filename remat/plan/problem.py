@@ -27,6 +27,17 @@ class Resolved:
     partitioned: frozenset[str] = frozenset()  # saved values kept as 1/world per rank, gathered for backward
 
 
+@dataclasses.dataclass(frozen=True)
+class BaselineSpec:
+    """What the inner compiler alone would save: the plan `memory_budget=None` runs and fraction 1.0 resolves to.
+    Either an exact saved set (inductor: the nodes torch's min-cut partitioner saves) or a choice of values to
+    recompute (the default partition: none, plus what checkpoint regions in the model recompute)."""
+
+    kind: str = "default partition"
+    saved: frozenset[str] | None = None
+    chosen: frozenset[str] = frozenset()
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Problem:
     graph: Graph
@@ -43,6 +54,7 @@ class Problem:
     transfer: Transfer = Transfer()
     offloadable: frozenset[str] = frozenset()  # values offload="auto" sends to host when saved
     fuses: bool = False  # the inner compiler fuses (inductor): the simulation follows fusion.py
+    baseline: BaselineSpec = BaselineSpec()
 
     @property
     def instances(self) -> tuple[int, ...]:
@@ -87,6 +99,33 @@ class Problem:
         return Resolved(saved, frozenset(groups[2]), frozenset(groups[3] + list(self.needed_inputs)),
                         offloaded, partitioned)
 
+    def resolve_saved(self, saved: Iterable[str]) -> Resolved:
+        """The plan that saves exactly `saved` (forward values, views and symbolic sizes included, primals count as
+        inputs) and recomputes whatever else backward reads, as another partitioner decided it."""
+        a = self.arrays
+        keep = {a.index[n] for n in saved if n in a.index}
+        role, inputs_of = a.role, a.inputs
+        state = bytearray(len(a.names))  # 1 saved, 2 recomputed, 3 input
+        stack = [a.index[n] for n in self.needed] + [a.index[n] for n in self.needed_inputs]
+        while stack:
+            i = stack.pop()
+            if state[i]:
+                continue
+            if role[i] == PRIMAL:
+                state[i] = 3
+            elif i in keep:
+                state[i] = 1
+            elif role[i] == FORWARD:
+                state[i] = 2
+                stack.extend(inputs_of[i])
+        groups: tuple[list[str], ...] = ([], [], [], [])
+        for i, code in enumerate(state):
+            if code:
+                groups[code].append(a.names[i])
+        kept = frozenset(groups[1])
+        offloaded, partitioned = self._transfers(kept)
+        return Resolved(kept, frozenset(groups[2]), frozenset(groups[3]), offloaded, partitioned)
+
     def _transfers(self, saved: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
         t = self.transfer
         forced = saved & self.constraints.must_offload.keys()
@@ -102,7 +141,8 @@ class Problem:
 
 
 def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constraints,
-                  transfer: Transfer = Transfer(), fuses: bool = False) -> Problem:
+                  transfer: Transfer = Transfer(), fuses: bool = False,
+                  baseline: BaselineSpec = BaselineSpec()) -> Problem:
     """Derive the structures every solver shares. Pure."""
     forward = tuple(v.name for v in graph.values if v.role is Role.FORWARD)
     reaches_grad = _ancestors(graph, graph.bw_outputs, lambda r: r is Role.BACKWARD)
@@ -121,7 +161,7 @@ def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constrain
     read = {i for b in backward for i in graph[b].inputs if graph[i].role is Role.PRIMAL}
     needed_inputs = tuple(v.name for v in graph.values if v.name in read)
     return Problem(graph, costs, constraints, forward, backward, needed, candidates, choosable, fw_required,
-                   needed_inputs, arrays(graph), transfer, hides_offload(graph, costs, transfer), fuses)
+                   needed_inputs, arrays(graph), transfer, hides_offload(graph, costs, transfer), fuses, baseline)
 
 
 def _ancestors(graph: Graph, roots: Iterable[str], keep) -> set[str]:

@@ -141,7 +141,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
         if k >= 0:
             last[k] = end
     spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
-    saved = sorted(a.index[s] for s in resolved.saved)
+    saved = sorted({storage[a.index[s]] for s in resolved.saved})  # a saved view keeps its base's storage
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
     spans += _unused_outputs(problem, fw, bw, recomputed)
     if problem.fuses:
@@ -183,7 +183,8 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
     in_bw, fw_kept, bw_kept, gradients = bytearray(n), bytearray(n), bytearray(n), bytearray(n)
     for i in bw:
         in_bw[i] = 1
-        gradients[i] = a.role[i] == BACKWARD_ROLE  # computed from gradients, so never ahead of them
+        # computed from gradients, so never ahead of them; or part of a gradient formula left to backward
+        gradients[i] = a.role[i] == BACKWARD_ROLE or a.formula[i]
     for name in (*resolved.saved, *problem.graph.fw_outputs):
         fw_kept[a.storage[a.index[name]]] = 1
     for i in excluded:

@@ -1,6 +1,8 @@
 """(problem, budget, solver) → Plan. The one entry point the backend and `explain` use."""
 from __future__ import annotations
 
+import dataclasses
+import types
 import warnings
 
 import sympy
@@ -12,6 +14,7 @@ from . import greedy, mincut, optimal
 from .evaluate import Evaluator, Scored, pick
 from .plan import Baseline, Decision, Plan
 from .problem import Problem
+from .recipes import recipes
 from .transfer import rng_state_decision, transfer_decision
 from .schedule import forward_order
 from .symbolic import symbolic_memory
@@ -24,10 +27,35 @@ class BudgetError(ValueError):
 
 
 def heuristic_family(evaluator: Evaluator, solver: str) -> list[Scored]:
-    """The plans a heuristic solver proposes; "auto" (and "optimal", as incumbents) take greedy's and mincut's."""
+    """The plans a solver chooses from: the inner compiler's own plan, the hand-written recipes (recipes.py), and
+    the solver's proposals; "auto" (and "optimal", as incumbents) take greedy's and mincut's. Where random ops may
+    be replayed, the proposals made with every random op saved (what rng="save" searches) are added, so allowing
+    replay never yields a worse plan."""
     parts = {"greedy": ("greedy",), "mincut": ("mincut",)}.get(solver, ("greedy", "mincut"))
     builders = {"greedy": greedy.family, "mincut": mincut.family}
-    return [s for part in parts for s in evaluator.family(part, builders[part])]
+    members = [evaluator.baseline()] + evaluator.family("recipes", recipe_family)
+    members += [s for part in parts for s in evaluator.family(part, builders[part])]
+    saving = _random_ops_saved(evaluator.problem)
+    if saving is not None:
+        inner = evaluator.family("rng-saved", lambda p, e: [evaluator.restricted(saving)])[0]
+        members += [s for part in parts for s in inner.family(part, builders[part])]
+    return members
+
+
+def recipe_family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
+    return [evaluator.score(chosen, name) for name, chosen in recipes(problem)]
+
+
+def _random_ops_saved(problem: Problem) -> Problem | None:
+    """The same problem with every replayable random op saved, or None when no random op is choosable."""
+    replayable = set(problem.constraints.replay) & set(problem.choosable)
+    if not replayable:
+        return None
+    c = problem.constraints
+    must_save = dict(c.must_save, **{n: "rng: random op saved" for n in replayable})
+    constraints = dataclasses.replace(c, must_save=types.MappingProxyType(must_save))
+    return dataclasses.replace(problem, constraints=constraints,
+                               choosable=tuple(n for n in problem.choosable if n not in replayable))
 
 
 def resolve_budget(kind: str, value: float | int | None, least: int, baseline: int) -> int | None:
@@ -49,8 +77,9 @@ def make_plan(
 ) -> Plan:
     """Plan one joint graph. `budget_kind` is "none", "bytes" or "fraction" (see RematConfig.memory_budget)."""
     evaluator = evaluator or Evaluator(problem)
-    base = evaluator.score(())
-    baseline = Baseline(base.saved, base.peak)
+    base = evaluator.baseline()
+    baseline = Baseline(base.saved, base.peak, sum(problem.costs[n] for n in base.resolved.recomputed),
+                        problem.baseline.kind)
     if budget_kind == "none":
         return _plan(problem, evaluator, base, baseline, None, None, "baseline", None)
     # The least peak reachable by this solver's proposals (optimal's include both heuristics' as incumbents).
@@ -85,7 +114,9 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
     resolved = chosen.resolved
     timeline = evaluator.timeline(resolved)
     decisions = []
-    for name in sorted(resolved.saved | resolved.recomputed, key=lambda n: graph[n].index):
+    # A saved view keeps its base: the decision is the base's (torch's min-cut partitioner saves such views).
+    saved = {graph[n].storage if graph[graph[n].storage].role is Role.FORWARD else n for n in resolved.saved}
+    for name in sorted(saved | (resolved.recomputed - saved), key=lambda n: graph[n].index):
         v = graph[name]
         if not (v.is_tensor or v.is_multi) or graph[v.storage].role is not Role.FORWARD:
             continue  # symbolic sizes and views of inputs are not activations
@@ -95,12 +126,14 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
         what = fmt_flops(problem.costs[name] + (problem.costs[producer] if producer else 0))
         what += f" ({short_op(source_op)})" if producer else ""
         kept = None
-        if name in resolved.saved:
+        if name in saved:
             action = Action.SAVE
             if name in c.must_save:
                 reason = c.must_save[name]
             elif budget is None:
-                reason = "no memory_budget: saved as the default partition does"
+                reason = f"no memory_budget: saved as the {problem.baseline.kind} does"
+            elif chosen.label:
+                reason = f"saved ({chosen.label}): recomputing would cost {what}"
             else:
                 reason = f"saved: recomputing would cost {what}; the budget is met without it"
             action, kept, reason = transfer_decision(problem, resolved, name, reason)
@@ -109,7 +142,7 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
             if name in c.must_recompute:
                 reason = c.must_recompute[name]
             else:
-                reason = f"recomputed ({solver}): {what} frees {fmt_bytes(v.nbytes)}"
+                reason = f"recomputed ({chosen.label or solver}): {what} frees {fmt_bytes(v.nbytes)}"
             if name in c.replay or producer in c.replay:
                 reason += "; replayed from the RNG state saved before it"
         decisions.append(Decision(name, v.op, v.module_path, v.shape, v.dtype, v.nbytes, problem.costs[name],
@@ -132,7 +165,7 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
         solver=solver,
         gap=gap,
         timeline=timeline,
-        baseline_timeline=evaluator.timeline(evaluator.score(()).resolved),
+        baseline_timeline=evaluator.timeline(evaluator.baseline().resolved),
         forward_flops=sum(problem.costs[n] for n in forward_order(problem, resolved)),
         peak_bytes_expr=peak_expr,
         saved_bytes_expr=saved_expr,

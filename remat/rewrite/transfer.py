@@ -27,6 +27,11 @@ class Runtime:
     profile_id: int = -1
     sync: bool = False
 
+    @property
+    def plain(self) -> bool:
+        """No runtime op is needed: nothing partitioned, packed or profiled."""
+        return not self.group_name and self.contiguous_key < 0 and self.profile_id < 0
+
 
 def move_saved(fw: fx.GraphModule, bw: fx.GraphModule, num_fwd_outputs: int, problem: Problem,
                resolved: Resolved, runtime: Runtime) -> None:

@@ -1,0 +1,132 @@
+"""The checkpointing recipes users write by hand, as candidate plans.
+
+From the module path each node carries, remat finds the model's repeated blocks (the outermost numbered container
+with at least two children: `blocks.0`, `blocks.1`, ... or `transformer.h.0`, ...) and builds the plans these
+recipes would run:
+
+- per-block checkpoint (`torch.utils.checkpoint` around every block): a block's outputs read outside it are saved
+  (they are the next block's input), everything else inside it is recomputed;
+- every-k-blocks: the same around groups of k consecutive blocks;
+- selective layer (checkpoint every k-th block, keep the others as they are);
+- op-level selective checkpoint (torchtitan's recipe): inside each block, the outputs of matmuls and attention are
+  saved and everything else is recomputed; without blocks, the same over the whole graph;
+- Megatron-style selective: only the attention core (the score matmuls, masking, softmax, dropout) is recomputed.
+
+Each recipe is a choice of values to recompute, named so the plan can say which recipe it reproduces; the
+simulator scores it like any other candidate. Pure functions of the problem.
+"""
+from __future__ import annotations
+
+import re
+
+from ..capture import Role
+from .problem import Problem
+
+SAVED_OPS = frozenset({
+    "aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
+    "aten._scaled_dot_product_flash_attention.default", "aten._scaled_dot_product_efficient_attention.default",
+    "aten._scaled_dot_product_cudnn_attention.default", "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "aten._scaled_dot_product_attention_math.default", "aten._scaled_dot_product_fused_attention_overrideable.default",
+})
+_PROJECTIONS = frozenset({"aten.mm.default", "aten.addmm.default"})
+_NUMBERED = re.compile(r"^(.*?)\.?(\d+)$")
+_ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
+MAX_GROUP = 4  # every-k-blocks and selective-layer recipes for k = 2 .. MAX_GROUP
+
+
+def blocks(problem: Problem) -> dict[str, int]:
+    """Forward value → the position of the repeated block it belongs to (values outside every block are absent)."""
+    graph = problem.graph
+    children: dict[str, set[int]] = {}
+    for v in graph.values:
+        parts = v.module_path.split(".") if v.module_path else []
+        for depth, part in enumerate(parts):
+            if part.isdigit():
+                children.setdefault(".".join(parts[:depth]), set()).add(int(part))
+    containers = [c for c, idx in children.items() if len(idx) >= 2]
+    if not containers:
+        return {}
+    container = min(containers, key=lambda c: (c.count(".") + (c != ""), c))
+    prefix = f"{container}." if container else ""
+    order = {i: p for p, i in enumerate(sorted(children[container]))}
+    found = {}
+    for v in graph.values:
+        if v.role is Role.FORWARD and v.module_path.startswith(prefix):
+            head = v.module_path[len(prefix):].split(".", 1)[0]
+            if head.isdigit():
+                found[v.name] = order[int(head)]
+    return found
+
+
+def _inside(problem: Problem, group: dict[str, int]) -> frozenset[str]:
+    """The choosable values of `group` (value → group number) that no forward node outside their group reads."""
+    graph = problem.graph
+    kept = set()
+    for name, g in group.items():
+        outside = [u for u in graph[name].users
+                   if graph[u].role in (Role.FORWARD, Role.OUTPUT) and group.get(u) != g]
+        if outside:
+            kept.add(graph[name].storage)
+    return frozenset(n for n in problem.choosable if n in group and n not in kept and graph[n].storage not in kept)
+
+
+def recipes(problem: Problem) -> list[tuple[str, frozenset[str]]]:
+    """(recipe name, values it recomputes) for every recipe that applies to this graph, in a fixed order."""
+    graph = problem.graph
+    block = blocks(problem)
+    count = len(set(block.values()))
+    out: list[tuple[str, frozenset[str]]] = []
+    if count >= 2:
+        out.append(("per-block checkpoint", _inside(problem, block)))
+        for k in range(2, min(MAX_GROUP, count) + 1):
+            out.append((f"every-{k}-blocks checkpoint", _inside(problem, {n: b // k for n, b in block.items()})))
+            out.append((f"checkpoint every {k}th block",
+                        _inside(problem, {n: b for n, b in block.items() if b % k == 0})))
+        per_block = out[0][1]
+        out.append(("op-level SAC", frozenset(n for n in per_block if graph[n].op not in SAVED_OPS)))
+    everywhere = frozenset(n for n in problem.choosable if graph[n].op not in SAVED_OPS)
+    out.append(("op-level SAC (whole graph)", everywhere))
+    core = _attention_core(problem)
+    if core:
+        out.append(("Megatron selective (attention core)", core))
+    seen: set[frozenset[str]] = set()
+    return [(name, chosen) for name, chosen in out if chosen and not (chosen in seen or seen.add(chosen))]
+
+
+def _attention_core(problem: Problem) -> frozenset[str]:
+    """Values computed inside attention modules between the projections: not a projection's output, not read by a
+    projection, not read outside the attention module."""
+    graph = problem.graph
+    module = {v.name: _attention_module(v.module_path) for v in graph.values if v.role is Role.FORWARD}
+    core = set()
+    for name in problem.choosable:
+        v = graph[name]
+        scope = module.get(name)
+        if not scope or v.op in _PROJECTIONS or _feeds_projection(graph, name):
+            continue
+        if any(graph[u].role in (Role.FORWARD, Role.OUTPUT) and module.get(u) != scope for u in v.users):
+            continue
+        core.add(name)
+    return frozenset(core)
+
+
+def _attention_module(path: str) -> str:
+    """The innermost module path whose last name says attention ("blocks.0.attn"), or ""."""
+    parts = path.split(".") if path else []
+    for depth in range(len(parts), 0, -1):
+        if _ATTENTION.search(parts[depth - 1]) and not parts[depth - 1].endswith(("drop", "dropout")):
+            return ".".join(parts[:depth])
+    return ""
+
+
+def _feeds_projection(graph, name: str) -> bool:
+    """A projection (mm/addmm) reads the value, directly or through views."""
+    stack = [name]
+    while stack:
+        for u in graph[stack.pop()].users:
+            user = graph[u]
+            if user.op in _PROJECTIONS:
+                return True
+            if user.is_view and user.role is Role.FORWARD:
+                stack.append(u)
+    return False
