@@ -39,8 +39,10 @@ class RowSpec:
     """Name the ``--rows`` filter also matches (the plain compile row is "inductor" even under aot_eager)."""
     budget: float | int | None = None
     """torch rows: activation_memory_budget; remat rows: memory_budget (fraction, or bytes once resolved)."""
-    budget_from: float | None = None
-    """remat rows only: take the budget from the measured peak of the torch row with this budget."""
+    budget_from: str | None = None
+    """remat rows only: take the budget in bytes from the measured peak of the row with this name."""
+    recipe: str = ""
+    """checkpoint rows only: "per-block", "per-2-blocks" or "op-SAC" (see ``_wrap_blocks``)."""
     options: tuple[tuple[str, Any], ...] = ()
     """remat rows only: further options (offload, contiguous)."""
 
@@ -54,11 +56,14 @@ class RowSpec:
 
 def row_specs(inner: str) -> list[RowSpec]:
     """Every row, in the order they run: torch rows come before the remat rows that reuse their peaks."""
-    specs = [RowSpec("eager", "eager", "eager"), RowSpec("eager+checkpoint", "checkpoint", "eager"),
-             RowSpec(inner, "compiled", "inductor")]
+    specs = [RowSpec("eager", "eager", "eager")]
+    specs += [RowSpec(name, "checkpoint", "eager", recipe=recipe) for name, recipe in RECIPE_ROWS]
+    specs.append(RowSpec(inner, "compiled", "inductor"))
     specs += [RowSpec(f"torch budget {b}", "torch", "torch", budget=b) for b in TORCH_BUDGETS]
     specs += [RowSpec(f"remat fraction {f}", "remat", "remat", budget=f) for f in REMAT_FRACTIONS]
-    specs += [RowSpec(f"remat bytes = torch {b}", "remat", "remat", budget_from=b) for b in TORCH_BUDGETS]
+    specs += [RowSpec(f"remat bytes = torch {b}", "remat", "remat", budget_from=f"torch budget {b}")
+              for b in TORCH_BUDGETS]
+    specs += [RowSpec(f"remat bytes = {recipe}", "remat", "remat", budget_from=name) for name, recipe in RECIPE_ROWS]
     specs.append(RowSpec("remat None", "remat", "remat", budget=None))
     # The runtime's other actions: every saved value to host (on CPU the host is the device: this row shows the
     # copies' cost, not a saving), and saved values in one reused arena.
@@ -68,6 +73,26 @@ def row_specs(inner: str) -> list[RowSpec]:
     return specs
 
 
+# Hand-written recipes users apply today, as eager rows: (row name, recipe).
+RECIPE_ROWS = (("eager+checkpoint", "per-block"), ("per-2-blocks checkpoint", "per-2-blocks"), ("op-SAC", "op-SAC"))
+# torchtitan's op-level selective checkpoint: outputs of these ops are saved, the rest of each block recomputed.
+SAC_SAVED = tuple(getattr(torch.ops.aten, name).default for name in (
+    "mm", "addmm", "bmm", "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_flash_attention") if hasattr(torch.ops.aten, name))
+
+
+def _sac_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op in SAC_SAVED else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _sac_context() -> Any:
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(_sac_policy)
+
+
 class _Checkpointed(nn.Module):
     """Runs the wrapped block under non-reentrant activation checkpointing (RNG state preserved).
 
@@ -75,12 +100,56 @@ class _Checkpointed(nn.Module):
     cache, flags; some ``None``) and may return a tuple, which non-reentrant checkpointing accepts as they are.
     """
 
-    def __init__(self, block: nn.Module) -> None:
+    def __init__(self, block: nn.Module, selective: bool = False) -> None:
         super().__init__()
         self.block = block
+        self.selective = selective
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.selective:
+            return checkpoint(self.block, *args, use_reentrant=False, context_fn=_sac_context, **kwargs)
         return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
+
+
+class _Group(nn.Module):
+    """Consecutive blocks run as one (for checkpointing them together); every other block passes through."""
+
+    def __init__(self, blocks: list[nn.Module]) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.returns_tuple = False  # HF blocks return (hidden_states, ...); the stand-ins after it must too
+
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        for block in self.blocks:
+            out = block(x, *args, **kwargs)
+            self.returns_tuple = isinstance(out, tuple)
+            x = out[0] if self.returns_tuple else out
+        return out
+
+
+class _Skip(nn.Module):
+    """Stands in for a block that the group before it already ran: passes the hidden state on unchanged."""
+
+    def __init__(self, group: _Group) -> None:
+        super().__init__()
+        self.__dict__["group"] = group  # not a submodule: its parameters belong to the group's slot
+
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        return (x,) if self.group.returns_tuple else x
+
+
+def _wrap_blocks(blocks: nn.ModuleList | nn.Sequential, recipe: str) -> None:
+    """per-block: checkpoint around each block; per-2-blocks: around each pair; op-SAC: each block under a
+    selective checkpoint that saves matmul and attention outputs."""
+    if recipe == "per-2-blocks":
+        for i in range(0, len(blocks), 2):
+            group = _Group([blocks[j] for j in range(i, min(i + 2, len(blocks)))])
+            blocks[i] = _Checkpointed(group)
+            for j in range(i + 1, i + len(group.blocks)):
+                blocks[j] = _Skip(group)
+        return
+    for i in range(len(blocks)):
+        blocks[i] = _Checkpointed(blocks[i], selective=recipe == "op-SAC")
 
 
 class _WithLoss(nn.Module):
@@ -103,9 +172,7 @@ def build(spec: RowSpec, model: nn.Module, inner: str, workload: Workload,
     then runs eagerly on the compiled model's output, outside the budget's reach).
     """
     if spec.kind == "checkpoint":
-        blocks = workload.blocks(model)
-        for i in range(len(blocks)):
-            blocks[i] = _Checkpointed(blocks[i])
+        _wrap_blocks(workload.blocks(model), spec.recipe)
     if not spec.compiled:
         return _WithLoss(model, workload.loss_fn)
     if spec.kind == "remat":
@@ -123,6 +190,9 @@ def row_context(spec: RowSpec, inner: str, fallback_random: bool) -> Iterator[No
     with contextlib.ExitStack() as stack:
         if spec.kind == "torch":
             stack.enter_context(torch._functorch.config.patch(activation_memory_budget=spec.budget))
+        if spec.compiled and inner == "inductor":
+            # every row compiles from scratch: compile times compare, no row reuses another's cached code
+            stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False, autotune_local_cache=False))
         if spec.compiled and inner == "inductor" and fallback_random:
             # inductor draws its own random numbers; with eager's, dropout masks match and gradients compare
             stack.enter_context(torch._inductor.config.patch(fallback_random=True))

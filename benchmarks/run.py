@@ -103,15 +103,15 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]
         shapes[name] = workload.shape
         print(f"== {workload.shape}", flush=True)
         ref = rows.reference(workload, args.seed)
-        torch_peaks: dict[float, int] = {}  # torch budget -> its measured peak, for the "remat bytes" rows
+        peaks: dict[str, int] = {}  # row name -> its measured peak, for the "remat bytes = ..." rows
         for spec in rows.row_specs(args.inner):
             if not spec.selected(args.rows):
                 continue
             if spec.budget_from is not None:
-                if spec.budget_from not in torch_peaks:
-                    print(f"   {spec.name}: skipped (needs the row torch budget {spec.budget_from})", flush=True)
+                if spec.budget_from not in peaks:
+                    print(f"   {spec.name}: skipped (needs the row {spec.budget_from})", flush=True)
                     continue
-                spec = dataclasses.replace(spec, budget=torch_peaks[spec.budget_from])
+                spec = dataclasses.replace(spec, budget=peaks[spec.budget_from])
             print(f"   {spec.name} ...", end=" ", flush=True)
             try:
                 row = rows.measure_row(spec, workload, inner=args.inner, seed=args.seed, warmup=args.warmup,
@@ -124,8 +124,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]
                 print("error", flush=True)
             else:
                 print(f"{row['step_ms']:.1f} ms, peak {row['measured_peak_bytes'] / rows.MiB:.1f} MiB", flush=True)
-                if spec.kind == "torch":
-                    torch_peaks[spec.budget] = row["measured_peak_bytes"]
+                peaks[spec.name] = row["measured_peak_bytes"]
             results.append(row)
     return report.with_ratios(results), shapes
 

@@ -2,6 +2,7 @@
 
 - ``gpt``: remat's own GPT-style model (``remat.zoo.GPT``), attention written out with plain ops.
 - ``mlp``: ``remat.zoo.MLP``, big matmuls and no randomness.
+- ``llama``: ``remat.zoo.Llama``, a Llama-style decoder (RMSNorm, rotary, SwiGLU, SDPA attention, no dropout).
 - ``gpt2``: Hugging Face transformers' ``GPT2LMHeadModel`` from a small ``GPT2Config`` with random weights (nothing
   is downloaded), eager attention; the model a user would bring, with HF's own module structure and calling
   conventions.
@@ -46,6 +47,14 @@ def gpt_workload(batch: int, seed: int = 0) -> Workload:
              f"batch {batch} dropout {config.dropout}")
     return Workload("gpt", zoo.GPT(config, seed=seed), zoo.make_gpt_batch(config, batch, seed=seed), zoo.gpt_loss,
                     "blocks", shape)
+
+
+def llama_workload(batch: int, seed: int = 0) -> Workload:
+    config = zoo.GPTConfig(dropout=0.0)
+    shape = (f"Llama-style {config.n_layer} layers d{config.d_model} {config.n_head} heads seq {config.seq_len} "
+             f"batch {batch} (RMSNorm, rotary, SwiGLU, SDPA, no dropout)")
+    return Workload("llama", zoo.Llama(config, seed=seed), zoo.make_gpt_batch(config, batch, seed=seed),
+                    zoo.gpt_loss, "layers", shape)
 
 
 def mlp_workload(batch: int, seed: int = 0, width: int = 1024, depth: int = 8) -> Workload:
@@ -93,4 +102,5 @@ WORKLOADS: dict[str, tuple[Callable[..., Workload], tuple[int, int]]] = {
     "gpt": (gpt_workload, (8, 2)),
     "mlp": (mlp_workload, (2048, 256)),
     "gpt2": (gpt2_workload, (8, 2)),
+    "llama": (llama_workload, (8, 2)),
 }

@@ -96,7 +96,9 @@ def min_cut_partition(joint: Any, num_fwd_outputs: int,
     import torch.fx as fx
 
     min_cut = _lookup("torch._functorch.partitioners", "min_cut_rematerialization_partition")
-    fw, bw = min_cut(copy.deepcopy(joint), None, compiler="inductor", num_fwd_outputs=num_fwd_outputs,
+    # A copy of the graph (node metadata shared, fake tensors not copied) under the same root module.
+    copied = fx.GraphModule(joint, copy.deepcopy(joint.graph))
+    fw, bw = min_cut(copied, None, compiler="inductor", num_fwd_outputs=num_fwd_outputs,
                      static_lifetime_input_indices=static_lifetime_input_indices)
     outputs = fw.graph.find_nodes(op="output")[0].args[0]
     saved = tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))

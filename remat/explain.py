@@ -36,7 +36,8 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
         from torch._functorch.partitioners import default_partition
 
         static = tuple(static_lifetime_input_indices) if static_lifetime_input_indices is not None else None
-        joints.append(Captured(copy.deepcopy(joint), num_fwd_outputs, hooked[-1], static))
+        # a copy of the graph: the partition below may rewrite the one it is given
+        joints.append(Captured(fx.GraphModule(joint, copy.deepcopy(joint.graph)), num_fwd_outputs, hooked[-1], static))
         return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs)
 
     compile_graph = _inductor_capture(keep) if inner == "inductor" else _aot_capture(keep)

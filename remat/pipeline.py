@@ -86,7 +86,9 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
 def baseline_of(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig, static_lifetime_input_indices=None):
     """The inner compiler's own partition of `joint`: (BaselineSpec, its modules or None). Under inductor that is
     torch's min-cut partitioner, run as plain `torch.compile` runs it (the user's functorch config applies)."""
-    if config.inner != "inductor":
+    if config.inner != "inductor" or config.policy is not None or config.save_ops:
+        # A policy or save list is remat's own: plain torch.compile has no such thing, so the baseline is then the
+        # default partition under the user's rules.
         regions = region_count(joint)
         return BaselineSpec("default partition + checkpoint regions" if regions else "default partition"), None
     _torch.min_cut_cse(joint)

@@ -7,6 +7,8 @@ Two workloads, both built from plain ops so the joint graph a backend sees is ea
   activation and every dropout is a separate node. Dropout makes it the workload where a wrong recomputation of a
   random op shows up as wrong gradients.
 - ``MLP``: a stack of ``Linear + GELU`` pairs; big matmuls, no randomness.
+- ``Llama``: a Llama-style decoder (RMSNorm, rotary position embedding, SwiGLU MLP, no bias, no dropout) whose
+  attention is ``F.scaled_dot_product_attention``, as current models write it.
 
 Everything is deterministic from a seed and leaves the global RNG state as it found it: weights are drawn from a
 local ``torch.Generator`` and module construction runs inside ``torch.random.fork_rng``.
@@ -21,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GPTConfig", "GPT", "gpt_loss", "make_gpt_batch", "MLP", "mlp_loss", "make_mlp_batch"]
+__all__ = ["GPTConfig", "GPT", "gpt_loss", "make_gpt_batch", "MLP", "mlp_loss", "make_mlp_batch", "Llama"]
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,91 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln_f(x))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if config.d_model % config.n_head:
+            raise ValueError(f"GPTConfig: n_head={config.n_head} must divide d_model={config.d_model}")
+        self.n_head = config.n_head
+        self.q_proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.k_proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.v_proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.o_proj = nn.Linear(config.d_model, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        shape = (B, T, self.n_head, C // self.n_head)
+        q = _rotate(self.q_proj(x).view(shape).transpose(1, 2), cos, sin)
+        k = _rotate(self.k_proj(x).view(shape).transpose(1, 2), cos, sin)
+        v = self.v_proj(x).view(shape).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class LlamaBlock(nn.Module):
+    """``x + attn(norm(x))`` then ``x + down(silu(gate(norm(x))) * up(norm(x)))``."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        hidden = config.mlp_ratio * config.d_model * 2 // 3
+        self.attn_norm = RMSNorm(config.d_model)
+        self.self_attn = LlamaAttention(config)
+        self.mlp_norm = RMSNorm(config.d_model)
+        self.gate_proj = nn.Linear(config.d_model, hidden, bias=False)
+        self.up_proj = nn.Linear(config.d_model, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.attn_norm(x), cos, sin)
+        h = self.mlp_norm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    """Llama-style decoder; ``forward(idx)`` maps token ids ``(B, T)`` to logits. ``config.dropout`` is unused."""
+
+    def __init__(self, config: GPTConfig = GPTConfig(dropout=0.0), seed: int = 0) -> None:
+        super().__init__()
+        self.config = config
+        with torch.random.fork_rng(devices=[]):
+            self.embed = nn.Embedding(config.vocab, config.d_model)
+            self.layers = nn.ModuleList(LlamaBlock(config) for _ in range(config.n_layer))
+            self.norm = RMSNorm(config.d_model)
+            self.head = nn.Linear(config.d_model, config.vocab, bias=False)
+        _init_weights(self, seed, std=0.02)
+        head_dim = config.d_model // config.n_head
+        freq = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        angles = torch.outer(torch.arange(config.seq_len, dtype=torch.float32), freq).repeat(1, 2)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        if T > self.config.seq_len:
+            raise ValueError(f"Llama: sequence length {T} exceeds GPTConfig.seq_len={self.config.seq_len}")
+        cos, sin = self.cos[:T], self.sin[:T]
+        x = self.embed(idx)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.head(self.norm(x))
 
 
 def gpt_loss(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,7 @@ def count_captures(monkeypatch):
 def test_rows_per_solver_on_the_exact_graph(count_captures):
     budget = 5 * MIB + 16
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a solver missing the budget is a column, not a warning
+        warnings.simplefilter("error", UserWarning)  # a solver missing the budget is a column, not a warning
         result = compare_solvers(CosMM(), cosmm_input(), memory_budget=budget)
     assert len(count_captures) == 1
     assert [r.solver for r in result] == ["mincut", "greedy", "optimal"] and len(result) == 3

@@ -21,6 +21,7 @@ from remat.explain import capture_joints  # noqa: E402
 from remat.pareto import ParetoResult, TorchPoint, pareto, torch_budget_points  # noqa: E402
 from remat.pipeline import plan_joint  # noqa: E402
 from remat.plan.plan import Baseline, Plan  # noqa: E402
+from remat.plan.evaluate import Evaluator  # noqa: E402
 from remat.plan.simulate import Timeline, simulate  # noqa: E402
 from remat.plots import TORCH_LABEL, plot_pareto, plot_timeline  # noqa: E402
 from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch  # noqa: E402
@@ -67,8 +68,8 @@ def planned(joint, **fields):
 
 
 def baseline_timeline(p):
-    """What the lead's `Plan.baseline_timeline` will hold: the simulated plan that saves everything backward reads."""
-    return simulate(p.problem, p.problem.resolve(()))
+    """What `Plan.baseline_timeline` holds: the simulated baseline plan (under inductor, the min-cut partition's)."""
+    return simulate(p.problem, Evaluator(p.problem).baseline().resolved)
 
 
 # --- timeline -------------------------------------------------------------------------------------------------------

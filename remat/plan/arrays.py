@@ -25,8 +25,7 @@ class Arrays:
     # owner + len(names) for a backward owner, -1 for inputs, tangents and other uncounted storage.
     instances: tuple[int, ...]
     getitems: tuple[tuple[int, ...], ...]  # per node: its getitem users (the outputs of a multi-output op)
-    # per node: a value whose size the op needs as scratch while it runs (-1: none). CPU dropout draws its mask as a
-    # float tensor the size of its output before converting it.
+    # per node: a value whose size the op needs as scratch while it runs (-1: none); see _workspace.
     workspace: tuple[int, ...]
     # inductor's view of each op (fusion.kind) and, for an mm it turns into an addmm, the add's position (-1: none)
     kinds: tuple[int, ...] = ()
@@ -68,7 +67,14 @@ def arrays(graph: Graph) -> Arrays:
 
 
 def _workspace(graph: Graph, v, index: dict[str, int]) -> int:
-    if v.op == "aten.native_dropout.default" and v.device == "cpu":
+    """Scratch of the CPU kernels that allocate more than their outputs, as benchmarks/op_scratch.py measures them:
+    dropout draws its mask as a float tensor the size of its output; dropout's backward converts the mask to a
+    float tensor the size of the gradient before multiplying."""
+    if v.device != "cpu":
+        return -1
+    if v.op == "aten.native_dropout.default":
         first = [u for u in v.users if graph[u].op == "getitem"]
         return index[first[0]] if first else -1
+    if v.op == "aten.native_dropout_backward.default":
+        return index[v.name]
     return -1

@@ -46,7 +46,8 @@ def _check_structure(problem: Problem, resolved: Resolved, backward: list[str] |
     if forced:
         raise PlanInvariantError(f"must-save values recomputed: {sorted(forced)}")
     order = backward_order(problem, resolved) if backward is None else backward
-    twice = sorted({n for n in order if order.count(n) > 1})
+    seen: set[str] = set()
+    twice = sorted({n for n in order if n in seen or seen.add(n)})
     if twice:
         raise PlanInvariantError(f"recomputed twice in the backward schedule: {twice}")
     fw = set(forward_order(problem, resolved))
@@ -78,7 +79,7 @@ def _check_decisions(plan, problem: Problem, resolved: Resolved) -> None:
                 raise PlanInvariantError(f"decision {d.name} keeps a generator state, but the plan replays no "
                                          "random op with it")
             continue
-        expected = {Action.SAVE: resolved.saved - resolved.offloaded - resolved.partitioned,
+        expected = {Action.SAVE: problem.saved_owners(resolved) - resolved.offloaded - resolved.partitioned,
                     Action.OFFLOAD: resolved.offloaded, Action.PARTITION: resolved.partitioned}.get(
                         d.action, resolved.recomputed)
         if d.name not in expected:
@@ -88,9 +89,10 @@ def _check_decisions(plan, problem: Problem, resolved: Resolved) -> None:
     if missing_states:
         raise PlanInvariantError(f"random ops replayed without a generator-state decision: {missing_states}")
     graph = problem.graph
-    for name in sorted(resolved.saved | resolved.recomputed, key=lambda n: graph[n].index):
+    listed = set(names)
+    for name in sorted(problem.saved_owners(resolved) | resolved.recomputed, key=lambda n: graph[n].index):
         v = graph[name]
-        if (v.is_tensor or v.is_multi) and graph[v.storage].role is Role.FORWARD and name not in set(names):
+        if (v.is_tensor or v.is_multi) and graph[v.storage].role is Role.FORWARD and name not in listed:
             raise PlanInvariantError(f"{name} ({v.op}) is {'saved' if name in resolved.saved else 'recomputed'} "
                                      "but has no decision")
 

@@ -99,6 +99,13 @@ class Problem:
         return Resolved(saved, frozenset(groups[2]), frozenset(groups[3] + list(self.needed_inputs)),
                         offloaded, partitioned)
 
+    def saved_owners(self, resolved: Resolved) -> frozenset[str]:
+        """The saved values with each saved view of a forward value replaced by its base, whose storage it keeps
+        (torch's min-cut partitioner saves such views): what a plan's decisions list as saved."""
+        graph = self.graph
+        return frozenset(graph[n].storage if graph[graph[n].storage].role is Role.FORWARD else n
+                         for n in resolved.saved)
+
     def resolve_saved(self, saved: Iterable[str]) -> Resolved:
         """The plan that saves exactly `saved` (forward values, views and symbolic sizes included, primals count as
         inputs) and recomputes whatever else backward reads, as another partitioner decided it."""

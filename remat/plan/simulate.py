@@ -238,8 +238,8 @@ def _unused_outputs(problem: Problem, fw: list[int], bw: list[int], recomputed) 
     for pos, i in enumerate(bw, start=len(fw)):
         if recomputed[i]:
             spans.extend((g, pos, pos) for g in getitems[i] if not recomputed[g] and nbytes[g])
-            if workspace[i] >= 0:
-                spans.append((workspace[i], pos, pos))
+        if workspace[i] >= 0 and (recomputed[i] or a.role[i] == BACKWARD_ROLE):
+            spans.append((workspace[i], pos, pos))
     return spans
 
 

@@ -48,7 +48,10 @@ def recipe_family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
 
 def _random_ops_saved(problem: Problem) -> Problem | None:
     """The same problem with every replayable random op saved, or None when no random op is choosable."""
-    replayable = set(problem.constraints.replay) & set(problem.choosable)
+    graph = problem.graph
+    random_ops = set(problem.constraints.replay)
+    outputs = {u for n in random_ops if graph[n].is_multi for u in graph[n].users if graph[u].op == "getitem"}
+    replayable = (random_ops | outputs) & set(problem.choosable)
     if not replayable:
         return None
     c = problem.constraints
@@ -115,7 +118,7 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
     timeline = evaluator.timeline(resolved)
     decisions = []
     # A saved view keeps its base: the decision is the base's (torch's min-cut partitioner saves such views).
-    saved = {graph[n].storage if graph[graph[n].storage].role is Role.FORWARD else n for n in resolved.saved}
+    saved = problem.saved_owners(resolved)
     for name in sorted(saved | (resolved.recomputed - saved), key=lambda n: graph[n].index):
         v = graph[name]
         if not (v.is_tensor or v.is_multi) or graph[v.storage].role is not Role.FORWARD:

@@ -1,0 +1,82 @@
+"""The baseline is the inner compiler's own partition: under inductor, exactly what torch's min-cut partitioner saves
+(as plain `torch.compile` runs it), and remat without a budget runs that partition."""
+import copy
+
+import pytest
+import torch
+
+import remat
+from remat import _torch
+from remat.config import RematConfig
+from remat.explain import capture_joints
+from remat.pipeline import plan_joint
+from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch
+
+CONFIG = GPTConfig(vocab=128, n_layer=2, d_model=64, n_head=4, seq_len=32, dropout=0.1)
+
+
+def _gpt2():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=32, vocab_size=128,
+                                     use_cache=False, bos_token_id=None, eos_token_id=None,
+                                     attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    idx, tgt = make_gpt_batch(CONFIG, batch=2)
+    return lambda i, t: torch.nn.functional.cross_entropy(model(input_ids=i).logits.reshape(-1, 128),
+                                                          t.reshape(-1)), (idx, tgt)
+
+
+def _gpt():
+    model = GPT(CONFIG)
+    return (lambda i, t: gpt_loss(model, i, t)), make_gpt_batch(CONFIG, batch=2)
+
+
+@pytest.mark.inductor
+@pytest.mark.parametrize("build", [_gpt, _gpt2], ids=["gpt", "hf-gpt2"])
+def test_none_under_inductor_saves_exactly_what_min_cut_saves(build):
+    fn, inputs = build()
+    (captured,) = capture_joints(fn, *inputs, inner="inductor")
+    joint = copy.deepcopy(captured.joint.graph)
+    planned = plan_joint(captured.joint, captured.num_fwd_outputs, RematConfig(inner="inductor"),
+                         captured.hooked, captured.static_lifetime_input_indices)
+    # torch's partitioner on its own copy of the same joint graph, as plain torch.compile runs it
+    reference = torch.fx.GraphModule(captured.joint, joint)
+    _, _, saved = _torch.min_cut_partition(reference, captured.num_fwd_outputs,
+                                           captured.static_lifetime_input_indices)
+    assert planned.plan.baseline.kind == "inductor min-cut partition"
+    assert planned.resolved.saved | planned.resolved.inputs == set(saved)
+    assert planned.is_baseline and planned.inner_modules is not None
+    # fraction 1.0 resolves to that partition's simulated peak
+    one = plan_joint(captured.joint, captured.num_fwd_outputs, RematConfig(inner="inductor", memory_budget=1.0))
+    assert one.plan.budget_bytes == planned.plan.baseline.peak_bytes == planned.plan.peak_bytes
+
+
+@pytest.mark.inductor
+def test_none_under_inductor_costs_what_plain_inductor_costs():
+    model = GPT(CONFIG)
+    idx, tgt = make_gpt_batch(CONFIG, batch=2)
+    results = {}
+    for backend, options in (("inductor", None), ("remat", {"memory_budget": None})):
+        m = copy.deepcopy(model)
+        step = torch.compile(lambda i, t: gpt_loss(m, i, t), backend=backend, options=options)
+        with torch._inductor.config.patch(fallback_random=True):
+            torch.manual_seed(0)
+            step(idx, tgt).backward()
+            for p in m.parameters():
+                p.grad = None
+            torch.manual_seed(0)
+            peak = remat.peak_memory(lambda: step(idx, tgt).backward(), exclude=lambda: [p.grad for p in m.parameters()])
+        results[backend] = (peak, [p.grad.clone() for p in m.parameters()])
+        torch._dynamo.reset()
+    assert results["remat"][0] == results["inductor"][0]
+    for a, b in zip(results["remat"][1], results["inductor"][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_policies_keep_the_default_partition_as_baseline():
+    fn, inputs = _gpt()
+    (captured,) = capture_joints(fn, *inputs)
+    planned = plan_joint(captured.joint, captured.num_fwd_outputs,
+                         RematConfig(inner="inductor", save_ops=["aten.addmm"]))
+    assert planned.plan.baseline.kind == "default partition" and planned.inner_modules is None
