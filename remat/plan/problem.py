@@ -74,6 +74,19 @@ class Problem:
         recompute = {a.index[n] for n in chosen}
         recompute |= {a.index[n] for n in self.constraints.must_recompute}
         recompute -= {a.index[n] for n in self.constraints.must_save}
+        return self._walk(recompute.__contains__)
+
+    def resolve_saved(self, saved: Iterable[str]) -> Resolved:
+        """The plan that saves exactly `saved` (forward values, views and symbolic sizes included, primals count as
+        inputs) and recomputes whatever else backward reads, as another partitioner decided it."""
+        index = self.arrays.index
+        keep = {index[n] for n in saved if n in index}
+        return self._walk(lambda i: i not in keep)
+
+    def _walk(self, recomputes) -> Resolved:
+        """From what backward reads up through the forward: a value is recomputed where `recomputes(position)` (its
+        inputs are then needed too) and saved otherwise; forward inputs are inputs."""
+        a = self.arrays
         role, inputs_of = a.role, a.inputs
         state = bytearray(len(a.names))  # 1 saved, 2 recomputed, 3 input
         stack = [a.index[n] for n in self.needed]
@@ -84,7 +97,7 @@ class Problem:
             if role[i] == PRIMAL:
                 state[i] = 3
             elif role[i] == FORWARD:
-                if i in recompute:
+                if recomputes(i):
                     state[i] = 2
                     stack.extend(inputs_of[i])
                 else:
@@ -105,33 +118,6 @@ class Problem:
         graph = self.graph
         return frozenset(graph[n].storage if graph[graph[n].storage].role is Role.FORWARD else n
                          for n in resolved.saved)
-
-    def resolve_saved(self, saved: Iterable[str]) -> Resolved:
-        """The plan that saves exactly `saved` (forward values, views and symbolic sizes included, primals count as
-        inputs) and recomputes whatever else backward reads, as another partitioner decided it."""
-        a = self.arrays
-        keep = {a.index[n] for n in saved if n in a.index}
-        role, inputs_of = a.role, a.inputs
-        state = bytearray(len(a.names))  # 1 saved, 2 recomputed, 3 input
-        stack = [a.index[n] for n in self.needed] + [a.index[n] for n in self.needed_inputs]
-        while stack:
-            i = stack.pop()
-            if state[i]:
-                continue
-            if role[i] == PRIMAL:
-                state[i] = 3
-            elif i in keep:
-                state[i] = 1
-            elif role[i] == FORWARD:
-                state[i] = 2
-                stack.extend(inputs_of[i])
-        groups: tuple[list[str], ...] = ([], [], [], [])
-        for i, code in enumerate(state):
-            if code:
-                groups[code].append(a.names[i])
-        kept = frozenset(groups[1])
-        offloaded, partitioned = self._transfers(kept)
-        return Resolved(kept, frozenset(groups[2]), frozenset(groups[3]), offloaded, partitioned)
 
     def _transfers(self, saved: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
         t = self.transfer
