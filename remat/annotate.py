@@ -65,9 +65,6 @@ def _graph_rule(value: Value, graph: Graph, must_save: dict[str, str], rng: str)
     if "nondeterministic_seeded" in value.tags and not _replayable(value, graph, rng):
         if rng == "save":
             return f"random op {value.op}: rng=\"save\" keeps the outputs of random ops"
-        if rng == "seeded" and value.op.startswith("aten."):
-            return (f"random op {value.op}: under inductor only inductor's own seeded random ops are replayed "
-                    "(with fallback_random, eager's random ops are saved)")
         return f"random op {value.op}: recomputing it would draw new numbers"
     if "nondeterministic_seeded" in value.tags and _output_bytes(value, graph) <= rng_state_bytes(value.device):
         return (f"random op {value.op}: its output ({_output_bytes(value, graph)} bytes) is no larger than the "
@@ -89,9 +86,10 @@ def _graph_rule(value: Value, graph: Graph, must_save: dict[str, str], rng: str)
 
 def _replayable(value: Value, graph: Graph, rng: str) -> bool:
     """A random op backward may re-run from the generator state saved before it: an aten op on CPU or CUDA that
-    the forward runs anyway (its draw must happen in forward, as in the uncompiled step). rng="seeded" (what the
-    pipeline passes under inductor) replays only inductor's own random ops, which draw from a seeds tensor:
-    inductor schedules the opaque save-state-and-draw call freely, so its draw could move relative to others."""
+    the forward runs anyway (its draw must happen in forward, as in the uncompiled step). Saving the state and
+    drawing are one call, so backward redraws what the forward drew wherever the inner compiler places that call;
+    under inductor with fallback_random the draws keep the order plain inductor gives them. Inductor's own random
+    ops draw from a seeds tensor and are recomputed from it like any pure op."""
     return (rng == "replay" and value.op.startswith("aten.") and value.device in RNG_DEVICES
             and value.name in graph.forward_required)
 

@@ -64,8 +64,7 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
     graph = capture(joint, num_fwd_outputs, traced_backward=spec.saved is None)
     table = costs(joint, graph)
     # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.
-    rng = "seeded" if config.rng == "replay" and config.inner == "inductor" else config.rng
-    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, rng,
+    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, config.rng,
                            regions=config.memory_budget is None, hooked=hooked)
     if spec.saved is None and config.memory_budget is not None and region_count(joint):
         spec = BaselineSpec("default partition + checkpoint regions",

@@ -153,12 +153,22 @@ def test_inductor_own_random_ops_replay_from_their_seeds():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_under_inductor_eager_random_ops_are_saved():
-    # inductor schedules opaque calls freely, so a save-state-and-draw call could move relative to other draws:
-    # under inductor only its own seeded random ops are replayed; eager's (fallback_random) are saved.
-    # (without fallback_random inductor draws with its own seeded ops, which replay: the test above)
+@pytest.mark.inductor
+def test_under_inductor_eager_random_ops_replay_and_match_eager():
+    # with fallback_random inductor calls eager's random ops; a replayed one saves the generator state and draws in
+    # one call, so backward redraws the forward's mask: no mask is kept and every number matches the eager step.
     torch.manual_seed(0)
+    model, x = Dropouts(), torch.randn(20000)
+    expected = run(copy.deepcopy(model), (x,))
     with torch._inductor.config.patch(fallback_random=True):
-        plan = remat.explain(Dropouts(), torch.randn(20000), memory_budget=0.0, inner="inductor")
+        policy = lambda node: remat.Action.RECOMPUTE if node.op == "getitem" else None  # noqa: E731
+        got = run(torch.compile(copy.deepcopy(model), backend="remat", options={"memory_budget": 0.0,
+                                                                                "policy": policy}), (x,))
+    plan = remat.last_plan()
     masks = [d for d in plan.decisions if d.dtype == "bool"]
-    assert masks and all(d.action is remat.Action.SAVE and "under inductor" in d.reason for d in masks)
+    assert masks and all(d.action is remat.Action.RECOMPUTE for d in masks)
+    assert [d.op for d in plan.decisions if d.action is remat.Action.SAVE].count("rng state") == 5
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(got[1], expected[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert torch.equal(got[2], expected[2])  # the generator ends where the eager step leaves it
