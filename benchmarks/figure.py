@@ -2,7 +2,8 @@
 per model, drawn by ``remat.plot_pareto`` on its measured axes.
 
 remat's fraction rows become a ``ParetoResult`` (one line), torch's budget rows its ``torch_points`` (markers); the
-other rows (eager, per-block checkpoint, the plain compile, remat at torch's peaks) are added as their own markers.
+other rows (eager, the hand recipes, the plain compile, remat at torch's and the recipes' peaks) are added as their
+own markers, each recipe and each byte budget labelled with its row.
 Built with matplotlib's object-oriented API (``Figure``, saved through its Agg canvas): no pyplot, nothing shown.
 """
 
@@ -19,9 +20,9 @@ REMAT_LABEL = "remat (fraction budgets)"
 # Other rows drawn on each panel: kind -> (marker, colour, label)
 EXTRA = {
     "eager": ("D", "tab:gray", "eager"),
-    "checkpoint": ("P", "tab:green", "eager + per-block checkpoint"),
+    "checkpoint": ("P", "tab:green", "hand recipe (eager, torch.utils.checkpoint)"),
     "compiled": ("*", "tab:purple", None),  # labelled with the inner compiler's name
-    "remat bytes": ("^", "tab:red", "remat (budget = torch's measured peak)"),
+    "remat bytes": ("^", "tab:red", "remat (budget = a row's measured peak)"),
 }
 
 
@@ -75,7 +76,7 @@ def pareto_figure(rows: list[dict[str, Any]], meta: dict[str, Any]):
             top = key == "compiled"  # the reference point (1.0) stays visible under coinciding remat points
             ax.plot([x], [y], marker=marker, linestyle="none", color=color, markersize=9 if top else 6,
                     zorder=3 if top else 2, label=label or r["row"])
-            if key == "remat bytes":
+            if key in ("remat bytes", "checkpoint"):
                 ax.annotate(r["row"].removeprefix("remat bytes = "), (x, y), textcoords="offset points",
                             xytext=(4, 4), fontsize="x-small", color=color)
         ax.get_legend().remove()  # one legend for the figure, below the panels, hides no point
