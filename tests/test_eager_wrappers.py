@@ -430,7 +430,6 @@ def _ac_model():
     (lambda m: remat.set_activation_checkpointing(m.layers, strategy="group_2"), ValueError,
      ["strategy='group_2'", "ModuleList"]),
     (lambda m: remat.set_activation_checkpointing(m.head, strategy="every"), ValueError, ["strategy='every'"]),
-    (lambda m: remat.checkpoint_wrapper(m.head, offload_to_cpu="yes"), TypeError, ["offload_to_cpu='yes'"]),
     (lambda m: remat.checkpoint(42, torch.randn(2)), TypeError, ["module_or_fn=42"]),
 ])
 def test_bad_arguments_name_the_argument(call, error, words):
@@ -438,6 +437,37 @@ def test_bad_arguments_name_the_argument(call, error, words):
         call(_ac_model())
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("value, offload", [({}, False), (None, False), (0, False), ([], False), ("yes", True),
+                                             ({"device": "cpu"}, True), (1, True)])
+def test_fairscale_offload_to_cpu_is_a_truth_value(value, offload):
+    """FairScale tests `if offload_to_cpu`, so any value works and its truth decides."""
+    model = remat.checkpoint_wrapper(Counted(), offload_to_cpu=value)
+    assert model.forward.spec.offload is offload
+    x = torch.randn(2, 8, requires_grad=True)
+    model(x).sum().backward()
+    assert model.calls == 2
+
+
+def test_fairscale_maintain_forward_counter_counts_forwards_awaiting_backward():
+    model = nn.Sequential(Counted(), nn.Tanh())
+    remat.checkpoint_wrapper(model, maintain_forward_counter=True)
+    counters = lambda: [m._checkpoint_fwd_counter for m in model.modules()]  # noqa: E731
+    assert counters() == [0, 0, 0, 0]  # the Sequential, Counted, its Linear, the Tanh
+    x = torch.randn(2, 8, requires_grad=True)
+    first, second = model(x), model(x)
+    assert counters() == [2, 2, 2, 2]
+    first.sum().backward()
+    assert counters() == [1, 1, 1, 1]
+    second.sum().backward()
+    assert counters() == [0, 0, 0, 0]
+    with torch.no_grad():
+        model(x)
+    assert counters() == [0, 0, 0, 0], "a forward without grad has no backward to wait for"
+    plain = remat.checkpoint_wrapper(Counted(), maintain_forward_counter=False)
+    plain(x).sum().backward()
+    assert not any(hasattr(m, "_checkpoint_fwd_counter") for m in plain.modules())
 
 
 def test_input_modified_in_place_after_forward_is_an_error():

@@ -2,7 +2,7 @@
 
 - smp: `checkpoint(module_or_fn, *args, **kwargs)`, `checkpoint_sequential(seq, input, strategy=...)`,
   `set_activation_checkpointing(module, ...)`.
-- FairScale: `checkpoint_wrapper(module, offload_to_cpu=False)`.
+- FairScale: `checkpoint_wrapper(module, offload_to_cpu=False, maintain_forward_counter=False)`.
 - modalities: `apply_activation_checkpointing(model, variant, layers_fqn, ac_freq=None, save_ops=None)`.
 
 Wrapping patches the module's `forward` in place (the module, its class and its state_dict keys stay the same) and
@@ -114,15 +114,20 @@ def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = T
                                strategy=strategy if sequential else None, pack_args_as_tuple=pack_args_as_tuple))
 
 
-def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False) -> nn.Module:
+def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False,
+                       maintain_forward_counter: bool = False) -> nn.Module:
     """Checkpoint `module`'s forward (FairScale's checkpoint_wrapper): keyword and keyword-only arguments,
     non-tensor inputs and outputs pass through; with `offload_to_cpu` its inputs wait for backward in host memory.
-    Returns the same module."""
+    With `maintain_forward_counter` every submodule gets a `_checkpoint_fwd_counter`, raised by one per checkpointed
+    forward and lowered by one per recomputation (FairScale's FSDP reads it; eager only). Both flags are taken by
+    truth value, as FairScale does. Returns the same module."""
     if not isinstance(module, nn.Module):
         raise TypeError(f"checkpoint_wrapper(module={module!r}): expected an nn.Module")
-    if not isinstance(offload_to_cpu, bool):
-        raise TypeError(f"offload_to_cpu={offload_to_cpu!r}: expected True or False")
-    return _patch(module, Spec("remat.checkpoint_wrapper", offload=offload_to_cpu))
+    if maintain_forward_counter:
+        for child in module.modules():
+            child._checkpoint_fwd_counter = 0
+    return _patch(module, Spec("remat.checkpoint_wrapper", offload=bool(offload_to_cpu),
+                               forward_counter=bool(maintain_forward_counter)))
 
 
 def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum, layers_fqn: str,
@@ -192,6 +197,7 @@ class Spec:
     save_ops: tuple[str, ...] = ()  # op names ("aten.mm.default") whose outputs are saved
     strategy: str | None = None  # an nn.Sequential run by checkpoint_sequential with this strategy
     pack_args_as_tuple: bool = False
+    forward_counter: bool = False  # keep FairScale's _checkpoint_fwd_counter on the module's submodules
 
 
 class CheckpointedForward:
@@ -212,6 +218,9 @@ class CheckpointedForward:
             return checkpoint_sequential(module, *args, strategy=s.strategy, preserve_rng_state=s.preserve_rng_state,
                                          pack_args_as_tuple=s.pack_args_as_tuple)
         original = self.inner if self.inner is not None else functools.partial(type(module).forward, module)
+        if s.forward_counter and torch.is_grad_enabled() and not torch.is_inference_mode_enabled() \
+                and not torch.compiler.is_compiling():
+            original = _ForwardCounter(module, original)
         return region.run(original, args, kwargs, self.options, s.where)
 
     def __deepcopy__(self, memo: dict) -> "CheckpointedForward":
@@ -220,6 +229,23 @@ class CheckpointedForward:
 
     def __reduce__(self):
         return CheckpointedForward, (self._module(), self.spec, self.inner)
+
+
+class _ForwardCounter:
+    """One region's forward: its first run adds 1 to each submodule's `_checkpoint_fwd_counter`, its
+    recomputation in backward subtracts 1, so the counter says how many forwards still await their backward."""
+
+    def __init__(self, module: nn.Module, forward: Callable[..., Any]):
+        self.module, self.forward, self.ran = module, forward, False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.forward(*args, **kwargs)
+        step = -1 if self.ran else 1
+        self.ran = True
+        for child in self.module.modules():
+            if hasattr(child, "_checkpoint_fwd_counter"):
+                child._checkpoint_fwd_counter += step
+        return out
 
 
 def _patch(module: nn.Module, spec: Spec) -> nn.Module:
