@@ -114,3 +114,16 @@ def min_cut_cse(joint: Any) -> None:
     joint.graph.eliminate_dead_code()
     joint.graph = _lookup("torch._functorch.compile_utils", "fx_graph_cse")(joint.graph)
     joint.recompile()
+
+
+def wrap_policy_targets(policy: Any, root: Any) -> dict | None:
+    """The submodules of `root` a torch wrap-policy object (`ModuleWrapPolicy`, `CustomPolicy`: subclasses of
+    torch.distributed.fsdp.wrap._Policy) selects, each with the keyword arguments for its wrapper; None when `policy`
+    is not such an object."""
+    try:
+        base = _lookup("torch.distributed.fsdp.wrap", "_Policy")
+    except TorchAPIError:
+        return None  # torch without torch.distributed: no policy object can exist
+    if not isinstance(policy, base):
+        return None
+    return policy._run_policy(root, ignored_modules=set(), root_kwargs={})

@@ -3,7 +3,8 @@
 - smp: `checkpoint(module_or_fn, *args, **kwargs)`, `checkpoint_sequential(seq, input, strategy=...)`,
   `set_activation_checkpointing(module, ...)`.
 - FairScale: `checkpoint_wrapper(module, offload_to_cpu=False, maintain_forward_counter=False)`.
-- modalities: `apply_activation_checkpointing(model, variant, layers_fqn, ac_freq=None, save_ops=None)`.
+- modalities: `apply_activation_checkpointing(model, variant, layers_fqn, ac_freq=None, save_ops=None)`; torch's
+  `apply_activation_checkpointing(model, checkpoint_wrapper_fn=..., check_fn=..., auto_wrap_policy=...)` too.
 
 Wrapping patches the module's `forward` in place (the module, its class and its state_dict keys stay the same) and
 returns the module. Each wrapped forward is one region: recomputed once in backward, or traced as a marked region
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 
 from ..config import resolve_op
-from . import region
+from . import autowrap, region
 from .region import RegionOptions
 from .stash import StashOptions
 
@@ -130,12 +131,49 @@ def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False,
                                forward_counter=bool(maintain_forward_counter)))
 
 
-def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum, layers_fqn: str,
-                                   ac_freq: int | None = None, save_ops: Iterable[Any] | None = None) -> nn.Module:
-    """Checkpoint the layers of the nn.ModuleList at `layers_fqn` (modalities): "full" every layer,
-    "selective_layer" every `ac_freq`-th (layers ac_freq-1, 2*ac_freq-1, ...), "selective_op" every layer but the
-    outputs of `save_ops` are saved rather than recomputed (default: mm, both fused attention kernels, max,
-    reduce_scatter). Returns the model."""
+def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum | Callable | None = None,
+                                   layers_fqn: str | Callable | None = None, ac_freq: int | Any = None,
+                                   save_ops: Iterable[Any] | None = None, *,
+                                   checkpoint_wrapper_fn: Callable[..., nn.Module] | None = None,
+                                   check_fn: Callable[[nn.Module], bool] | None = None,
+                                   auto_wrap_policy: Any = None) -> nn.Module:
+    """Checkpoint layers of `model`, in modalities' call form or in torch's; returns the model.
+
+    modalities' form, `(model, variant, layers_fqn, ac_freq=None, save_ops=None)`: checkpoint the layers of the
+    nn.ModuleList at `layers_fqn`: "full" every layer, "selective_layer" every `ac_freq`-th (layers ac_freq-1,
+    2*ac_freq-1, ...), "selective_op" every layer but the outputs of `save_ops` are saved rather than recomputed
+    (default: mm, both fused attention kernels, max, reduce_scatter).
+
+    torch's form, `(model, checkpoint_wrapper_fn=checkpoint_wrapper, check_fn=lambda _: True,
+    auto_wrap_policy=None)` (torch.distributed.algorithms._checkpoint.checkpoint_wrapper's; also positionally, or
+    with no argument but the model): every submodule (not the root) for which `check_fn` is true, or which
+    `auto_wrap_policy` selects, is replaced by `checkpoint_wrapper_fn(submodule)`, children first. The default
+    wrapper is remat's `checkpoint_wrapper`; another callable (torch's own wrapper, say) is used as given.
+    """
+    torch_form = (checkpoint_wrapper_fn, check_fn, auto_wrap_policy)
+    if callable(variant) and not isinstance(variant, (str, enum.Enum)):  # torch's form, positionally
+        if any(a is not None for a in torch_form) or save_ops is not None:
+            raise TypeError("apply_activation_checkpointing: torch's form takes (model, checkpoint_wrapper_fn, "
+                            "check_fn, auto_wrap_policy) positionally or by keyword, not both")
+        torch_form, variant, layers_fqn, ac_freq = (variant, layers_fqn, ac_freq), None, None, None
+    modalities_form = {"variant": variant, "layers_fqn": layers_fqn, "ac_freq": ac_freq, "save_ops": save_ops}
+    given = [f"{k}={v!r}" for k, v in modalities_form.items() if v is not None]
+    if variant is None:
+        if given:
+            raise TypeError(f"apply_activation_checkpointing({', '.join(given)}): modalities' form needs variant "
+                            "('full', 'selective_layer' or 'selective_op') and layers_fqn")
+        wrapper_fn, check, policy = torch_form
+        return autowrap.apply(model, checkpoint_wrapper if wrapper_fn is None else wrapper_fn, check, policy)
+    if any(a is not None for a in torch_form):
+        names = [n for n, a in zip(("checkpoint_wrapper_fn", "check_fn", "auto_wrap_policy"), torch_form)
+                 if a is not None]
+        raise TypeError(f"apply_activation_checkpointing: {', '.join(names)} (torch's form) cannot be combined with "
+                        f"variant={variant!r} (modalities' form); call apply_activation_checkpointing(model, variant, "
+                        "layers_fqn, ac_freq=..., save_ops=...) or apply_activation_checkpointing(model, "
+                        "checkpoint_wrapper_fn=..., check_fn=..., auto_wrap_policy=...)")
+    if not isinstance(layers_fqn, str):
+        raise TypeError(f"layers_fqn={layers_fqn!r}: variant {variant!r} needs layers_fqn, the path of the "
+                        "nn.ModuleList of layers, e.g. 'transformer.h'")
     kind = _variant(variant)
     try:
         layers = model.get_submodule(layers_fqn)
