@@ -5,8 +5,9 @@ version and the missing piece instead of an AttributeError from deep inside a co
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 class TorchAPIError(RuntimeError):
@@ -114,3 +115,58 @@ def min_cut_cse(joint: Any) -> None:
     joint.graph.eliminate_dead_code()
     joint.graph = _lookup("torch._functorch.compile_utils", "fx_graph_cse")(joint.graph)
     joint.recompile()
+
+
+def wrap_policy_targets(policy: Any, root: Any) -> dict | None:
+    """The submodules of `root` a torch wrap-policy object (`ModuleWrapPolicy`, `CustomPolicy`: subclasses of
+    torch.distributed.fsdp.wrap._Policy) selects, each with the keyword arguments for its wrapper; None when `policy`
+    is not such an object."""
+    try:
+        base = _lookup("torch.distributed.fsdp.wrap", "_Policy")
+    except TorchAPIError:
+        return None  # torch without torch.distributed: no policy object can exist
+    if not isinstance(policy, base):
+        return None
+    return policy._run_policy(root, ignored_modules=set(), root_kwargs={})
+
+
+@contextlib.contextmanager
+def forget_compiles() -> Iterator[None]:
+    """Forget, when the block ends, what dynamo compiled inside it, leaving what it compiled before as it was: each
+    cache entry the block added to a code object is invalidated as torch invalidates an entry whose guarded object
+    died (its compiled code and backend are released; it never matches again), and the backends the block used are
+    dropped from dynamo's backend cache, so nothing the block compiled stays alive. Entries made before the block
+    stay valid: functions compiled earlier neither lose their code nor recompile. Where this torch lacks the pieces,
+    the block's compiles are simply left in the caches."""
+    try:
+        entries_of = _lookup("torch._dynamo.eval_frame", "_debug_get_cache_entry_list")
+        deleted = _lookup("torch._dynamo.guards", "DeletedGuardManagerWrapper")
+        seen = _lookup("torch._dynamo.convert_frame", "input_codes").seen
+        backends = _lookup("torch._dynamo.eval_frame", "cached_backends")
+    except TorchAPIError:
+        yield
+        return
+
+    def live_entries() -> list:
+        codes = [code for code in (ref() for ref in list(seen)) if code is not None]
+        return [entry for code in codes for entry in entries_of(code) if entry.code is not None]
+
+    # The compiled code objects of the entries made before, held so that their ids stay theirs during the block.
+    held = [entry.code for entry in live_entries()]
+    before = {id(code) for code in held}
+    known_backends = set(backends)
+    try:
+        yield
+    finally:
+        for entry in live_entries():
+            if id(entry.code) in before:
+                continue
+            manager = entry.guard_manager
+            state = getattr(manager, "extra_state", None)
+            if state is None:
+                continue
+            state.invalidate(entry, deleted("compiled by remat for its own use and forgotten after it"))
+            manager.cache_entry = None  # torch's own invalidation (a guarded object dying) then finds nothing to do
+        for key in set(backends) - known_backends:
+            del backends[key]
+        del held

@@ -18,7 +18,7 @@ from typing import Literal
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
-__all__ = ["RematConfig", "parse_bytes", "resolve_op"]
+__all__ = ["RematConfig", "parse_bandwidth", "parse_bytes", "resolve_op"]
 
 _UNITS = {
     "b": 1,
@@ -30,6 +30,8 @@ _UNIT_HELP = (
     'case-insensitive, e.g. "512MiB", "2GB", "1.5 GiB" or "4096" (plain digits are bytes)'
 )
 _SIZE_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)")
+_PER_SECOND_RE = re.compile(r"(.*?)\s*/\s*s", re.IGNORECASE)
+_BANDWIDTH_FORMS = 'bytes per second > 0: an int or float (12e9) or a string such as "12GB/s", "12 GiB/s" or "12GB"'
 _BUDGET_FORMS = (
     'None (baseline), an int number of bytes >= 0, a string with a unit such as "512MiB" or "2GB", '
     "or a float fraction in [0, 1]"
@@ -56,6 +58,11 @@ def parse_bytes(value: int | str, option: str = "memory_budget") -> int:
         if value < 0:
             raise ValueError(f"{where}: a byte count must be >= 0")
         return int(value)
+    return math.floor(_size(value, where))
+
+
+def _size(value: str, where: str) -> fractions.Fraction:
+    """The bytes a size string names, exactly; errors start with `where`."""
     match = _SIZE_RE.fullmatch(value.strip())
     if match is None:
         if value.strip().startswith("-"):
@@ -65,11 +72,41 @@ def parse_bytes(value: int | str, option: str = "memory_budget") -> int:
     if not unit:
         if not number.isdigit():
             raise ValueError(f"{where}: a fractional size needs a unit, e.g. \"{number}GiB\"; {_UNIT_HELP}")
-        return int(number)
+        return fractions.Fraction(int(number))
     if unit.lower() not in _UNITS:
         raise ValueError(f"{where}: unknown unit {unit!r}; {_UNIT_HELP}")
     # Fraction keeps "0.1GB" exact (float arithmetic could round it to 99999999 bytes).
-    return math.floor(fractions.Fraction(number) * _UNITS[unit.lower()])
+    return fractions.Fraction(number) * _UNITS[unit.lower()]
+
+
+def parse_bandwidth(value: int | float | str, option: str = "host_bandwidth") -> int:
+    """Return ``value`` as whole bytes per second, >= 1.
+
+    ``value`` is an int or a finite float (``12e9``), or a string: a byte size with a unit and an optional ``/s``,
+    ``"12GB/s"``, ``"12 GiB/s"``, ``"12GB"`` (units as in ``parse_bytes``). ``option`` names the option in errors.
+    """
+    where = f"{option}={value!r}"
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+        raise TypeError(f"{where}: expected {_BANDWIDTH_FORMS}")
+    if isinstance(value, str):
+        per_second = _PER_SECOND_RE.fullmatch(value.strip())
+        text = per_second.group(1) if per_second else value
+        try:
+            rate = _size(text, where)
+        except ValueError as exc:
+            try:
+                rate = fractions.Fraction(float(text))  # a plain number of bytes per second, "12e9"
+            except (ValueError, OverflowError):
+                raise ValueError(f'{exc}; a bandwidth may end in "/s", e.g. "12GB/s"') from None
+    elif not math.isfinite(value):
+        raise ValueError(f"{where}: expected {_BANDWIDTH_FORMS}")
+    else:
+        rate = fractions.Fraction(value)
+    if rate <= 0:
+        raise ValueError(f"{where}: bytes per second must be > 0, e.g. \"12GB/s\" or 12e9")
+    if rate < 1:
+        raise ValueError(f"{where}: less than one byte per second; expected {_BANDWIDTH_FORMS}")
+    return math.floor(rate)
 
 
 def resolve_op(entry: str | OpOverload | OpOverloadPacket) -> OpOverload | OpOverloadPacket:
@@ -152,8 +189,9 @@ class RematConfig:
             between forward and backward (pinned, copied on a side stream on CUDA). ``"auto"``: only those whose
             round trip at ``host_bandwidth`` hides behind the forward compute after them (CUDA only: on CPU the host
             is the device and nothing is offloaded). A policy may also answer ``Action.OFFLOAD`` per value.
-        host_bandwidth: bytes per second of host<->device copies, > 0; int or unit string (``"12GB"``, the PCIe 4
-            x16 order of magnitude).
+        host_bandwidth: bytes per second of host<->device copies, >= 1; int, float (``12e9``) or a unit string
+            with an optional ``/s`` (``"12GB/s"``, the PCIe 4 x16 order of magnitude; ``"12 GiB/s"``; ``"12GB"``).
+            See ``parse_bandwidth``.
         partition: shard saved activations across ranks: None (no sharding), ``"world"`` (the default process
             group) or a ``torch.distributed.ProcessGroup``.
         contiguous: True: saved activations are copied into one preallocated arena per graph, reused across steps
@@ -175,7 +213,7 @@ class RematConfig:
     strict: bool = False
     inner: Literal["inductor", "aot_eager", "eager"] = "inductor"
     offload: bool | Literal["auto"] = False
-    host_bandwidth: int | str = "12GB"
+    host_bandwidth: int | float | str = "12GB/s"
     partition: None | str | object = None
     contiguous: bool = False
     rng: Literal["replay", "save"] = "replay"
@@ -195,8 +233,7 @@ class RematConfig:
         if not isinstance(self.offload, bool) and self.offload != "auto":
             kind = ValueError if isinstance(self.offload, str) else TypeError
             raise kind(f"offload={self.offload!r}: expected True, False or \"auto\"")
-        if parse_bytes(self.host_bandwidth, "host_bandwidth") <= 0:
-            raise ValueError(f"host_bandwidth={self.host_bandwidth!r}: bytes per second must be > 0, e.g. \"12GB\"")
+        parse_bandwidth(self.host_bandwidth)
         self._check_partition()
         _check_bool("contiguous", self.contiguous)
         _check_choice("rng", self.rng, _RNGS)
@@ -252,8 +289,8 @@ class RematConfig:
         return float(self.memory_budget) if self.budget_kind() == "fraction" else None
 
     def host_bandwidth_bytes(self) -> int:
-        """Host<->device copy bandwidth in bytes per second."""
-        return parse_bytes(self.host_bandwidth, "host_bandwidth")
+        """Host<->device copy bandwidth in whole bytes per second."""
+        return parse_bandwidth(self.host_bandwidth)
 
     def save_op_targets(self) -> tuple[frozenset[OpOverloadPacket], frozenset[OpOverload]]:
         """``(packets, overloads)``: a node is on the save-list if its overload or the overload's packet is listed."""

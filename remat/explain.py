@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from . import _torch
+from . import _torch, scoped
 from .config import RematConfig
 from .pipeline import Planned, plan_joint
 
@@ -24,7 +24,8 @@ class Captured:
 def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None = None,
                    inner: str = "aot_eager") -> list[Captured]:
     """Trace `model(*inputs)` with dynamo + aot_autograd and return each joint graph, without running a backward
-    pass. The model is deep-copied and the RNG state restored, so nothing the caller sees changes. `dynamic` is
+    pass. The model is deep-copied, the RNG state restored and the compile forgotten afterwards (`remat.scoped`), so
+    nothing the caller sees changes: functions it compiled before neither recompile nor lose their code. `dynamic` is
     torch.compile's; with `inner="inductor"` the joint graph is the one a compile with inductor plans (inductor's
     decompositions and joint-graph passes applied), though no code is generated."""
     from .capture import hooked_nodes
@@ -47,12 +48,9 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
         return compile_graph(gm, example_inputs)
 
     target = copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
-    with torch.random.fork_rng(devices=[]):
-        torch._dynamo.reset()
-        try:
-            torch.compile(target, backend=backend, dynamic=dynamic)(*inputs)
-        finally:
-            torch._dynamo.reset()
+    # Through a code object of its own and forgotten afterwards: functions the caller compiled keep their code.
+    with torch.random.fork_rng(devices=[]), scoped.session():
+        torch.compile(scoped.own_code(target), backend=backend, dynamic=dynamic)(*inputs)
     if not joints:
         raise ValueError(
             "remat.explain: no training graph was captured; the model must return tensors that require grad "

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from . import scoped
 from .backend import compile as remat_compile
 from .config import RematConfig
 from .explain import capture_joints
@@ -152,14 +153,11 @@ def pareto(
     if not measure:
         return result
     with torch.random.fork_rng(devices=[]):
-        try:
-            ref_peak, ref_ms = _measure(lambda fn: torch.compile(fn, backend=inner), model, inputs, loss_fn, repeat)
-            measured = []
-            for row, c in zip(rows, configs):
-                peak, ms = _measure(lambda fn, c=c: remat_compile(fn, **_fields(c)), model, inputs, loss_fn, repeat)
-                measured.append(dataclasses.replace(row, measured_peak_bytes=peak, step_ms=ms, step_ratio=ms / ref_ms))
-        finally:
-            torch._dynamo.reset()
+        ref_peak, ref_ms = _measure(lambda fn: torch.compile(fn, backend=inner), model, inputs, loss_fn, repeat)
+        measured = []
+        for row, c in zip(rows, configs):
+            peak, ms = _measure(lambda fn, c=c: remat_compile(fn, **_fields(c)), model, inputs, loss_fn, repeat)
+            measured.append(dataclasses.replace(row, measured_peak_bytes=peak, step_ms=ms, step_ratio=ms / ref_ms))
     return dataclasses.replace(result, rows=tuple(measured), reference_step_ms=ref_ms, reference_peak_bytes=ref_peak)
 
 
@@ -176,24 +174,22 @@ def torch_budget_points(
     `(label, measured peak bytes, step-time ratio)` per budget, for `plot_pareto(torch_points=...)`.
 
     Each budget compiles a fresh deep copy of `model` with `torch.compile(backend=backend)` while
-    `torch._functorch.config.activation_memory_budget` is patched (compile and runs; restored afterwards), with
-    `torch._dynamo.reset()` between budgets, and is measured as `remat.pareto(measure=True)` measures remat's rows.
+    `torch._functorch.config.activation_memory_budget` is patched (compile and runs; restored afterwards), each
+    compile fresh and forgotten afterwards (`remat.scoped`: functions compiled elsewhere keep their code), and is
+    measured as `remat.pareto(measure=True)` measures remat's rows.
     overhead = median step time / `reference_step_ms`; None: the reference (plain `torch.compile(backend=backend)`,
     torch's defaults) is measured here. Pass `result.reference_step_ms` of a measured sweep with `inner == backend`
     to put both sets of points over one reference measurement.
     """
     points = []
     with torch.random.fork_rng(devices=[]):
-        try:
-            if reference_step_ms is None:
-                _, reference_step_ms = _measure(lambda fn: torch.compile(fn, backend=backend), model, inputs, loss_fn,
-                                                repeat)
-            for b in budgets:
-                with torch._functorch.config.patch(activation_memory_budget=b):
-                    peak, ms = _measure(lambda fn: torch.compile(fn, backend=backend), model, inputs, loss_fn, repeat)
-                points.append(TorchPoint(f"torch {b}", peak, ms / reference_step_ms))
-        finally:
-            torch._dynamo.reset()
+        if reference_step_ms is None:
+            _, reference_step_ms = _measure(lambda fn: torch.compile(fn, backend=backend), model, inputs, loss_fn,
+                                            repeat)
+        for b in budgets:
+            with torch._functorch.config.patch(activation_memory_budget=b):
+                peak, ms = _measure(lambda fn: torch.compile(fn, backend=backend), model, inputs, loss_fn, repeat)
+            points.append(TorchPoint(f"torch {b}", peak, ms / reference_step_ms))
     return points
 
 
@@ -214,14 +210,20 @@ def _bind(model: Callable[..., Any], loss_fn: Callable[..., torch.Tensor] | None
 def _measure(build: Callable[[Callable[..., Any]], Callable[..., Any]], model: Callable[..., Any],
              inputs: Sequence[Any], loss_fn: Callable[..., torch.Tensor] | None, repeat: int) -> tuple[int, float]:
     """(measured peak bytes, median step ms) of a training step of `build(model bound to loss_fn)`, on a fresh copy
-    of the model and of the inputs that require grad."""
-    torch._dynamo.reset()
+    of the model and of the inputs that require grad. The compile is fresh and forgotten afterwards (`remat.scoped`):
+    functions compiled elsewhere in the process keep their code."""
+    with scoped.session():
+        return _measure_step(build, model, inputs, loss_fn, repeat)
+
+
+def _measure_step(build: Callable[[Callable[..., Any]], Callable[..., Any]], model: Callable[..., Any],
+                  inputs: Sequence[Any], loss_fn: Callable[..., torch.Tensor] | None, repeat: int) -> tuple[int, float]:
     target = copy.deepcopy(model) if isinstance(model, nn.Module) else model
     args = [x.detach().clone().requires_grad_() if isinstance(x, torch.Tensor) and x.requires_grad else x
             for x in inputs]
     leaves = [*(target.parameters() if isinstance(target, nn.Module) else ()),
               *(x for x in args if isinstance(x, torch.Tensor) and x.requires_grad)]
-    compiled = build(_bind(target, loss_fn))
+    compiled = build(scoped.own_code(_bind(target, loss_fn)))
 
     def step() -> None:
         out = compiled(*args)

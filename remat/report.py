@@ -86,11 +86,12 @@ def records(plan: Plan) -> list[dict]:
 
 
 def table(plan: Plan, max_rows: int | None = None) -> str:
-    """One row per decision (the first `max_rows` when given), then totals over all rows against the baseline."""
-    head = ("node", "op", "shape", "dtype", "bytes", "recompute cost", "action", "reason")
+    """One row per decision (the first `max_rows` when given), then totals over all rows against the baseline. The
+    module column is the path of the module whose forward made the value ("(top level)" outside any submodule)."""
+    head = ("node", "op", "module", "shape", "dtype", "bytes", "recompute cost", "action", "reason")
     rows = [
-        (d.name, d.op, "x".join(map(str, d.shape)), d.dtype, fmt_bytes(d.nbytes), fmt_flops(d.cost),
-         d.action.value, d.reason)
+        (d.name, d.op, d.module_path or TOP_LEVEL, "x".join(map(str, d.shape)), d.dtype, fmt_bytes(d.nbytes),
+         fmt_flops(d.cost), d.action.value, d.reason)
         for d in plan.decisions
     ]
     hidden = 0

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
+from . import scoped
 from .config import RematConfig, parse_bytes
 from .explain import capture_joints
 from .measure import training_peak
@@ -222,7 +223,6 @@ def _measure(model, make_inputs, config: RematConfig, dims, hint: int, batches: 
     params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
     grads = [p.grad for p in params]
     cuda = sorted({p.device.index or 0 for p in params if p.is_cuda})
-    compiled = torch.compile(model, backend=lambda gm, example: backend.compile_graph(gm, example, config))
 
     def clear() -> None:
         for p in params:
@@ -232,9 +232,12 @@ def _measure(model, make_inputs, config: RematConfig, dims, hint: int, batches: 
         loss_fn(compiled(*args)).backward()
 
     peaks = []
-    torch._dynamo.reset()
     try:
-        with torch.random.fork_rng(devices=cuda):
+        with torch.random.fork_rng(devices=cuda), scoped.session():
+            # Through a code object of its own, forgotten afterwards (remat.scoped): the caller's compiled
+            # functions keep their code.
+            compiled = torch.compile(scoped.own_code(model),
+                                     backend=lambda gm, example: backend.compile_graph(gm, example, config))
             args = _as_args(make_inputs(hint))
             for i, dim in dims:
                 torch._dynamo.mark_dynamic(args[i], dim)
@@ -250,7 +253,6 @@ def _measure(model, make_inputs, config: RematConfig, dims, hint: int, batches: 
                 step(args)  # warm: the first call at a new size may set up guards and caches
                 peaks.append(training_peak(step, params, args))
     finally:
-        torch._dynamo.reset()
         for p, g in zip(params, grads):
             p.grad = g
     return peaks

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from remat.config import RematConfig, parse_bytes, resolve_op
+from remat.config import RematConfig, parse_bandwidth, parse_bytes, resolve_op
 
 MiB = 1024**2
 ALL_FIELDS = (
@@ -220,8 +220,36 @@ def test_host_bandwidth():
         RematConfig(host_bandwidth="0GB")
     with pytest.raises(ValueError, match=r"^host_bandwidth='fast': not a byte size"):
         RematConfig(host_bandwidth="fast")
-    with pytest.raises(TypeError, match=r"^host_bandwidth=12000000000\.0: expected a number of bytes as an int"):
-        RematConfig(host_bandwidth=12e9)
+    with pytest.raises(ValueError, match=r"^host_bandwidth=0\.25: less than one byte per second; expected bytes "
+                                         r"per second > 0: an int or float \(12e9\)"):
+        RematConfig(host_bandwidth=0.25)
+    with pytest.raises(TypeError, match=r"^host_bandwidth=True: expected bytes per second > 0"):
+        RematConfig(host_bandwidth=True)
+
+
+@pytest.mark.parametrize(("value", "rate"), [
+    (12e9, 12_000_000_000), (12.5e9, 12_500_000_000), (1536.75, 1536), ("12GB/s", 12_000_000_000),
+    ("12 GiB/s", 12 * 1024**3), ("12 gib / S", 12 * 1024**3), ("1.5GB/s", 1_500_000_000), ("12GB", 12_000_000_000),
+    ("4096", 4096), ("4096/s", 4096), ("12e9", 12_000_000_000), (25_000_000_000, 25_000_000_000),
+])
+def test_host_bandwidth_floats_and_rates(value, rate):
+    """A bandwidth is naturally a float (12e9) or a rate ("12GB/s"); both give whole bytes per second."""
+    config = RematConfig(host_bandwidth=value)
+    assert config.host_bandwidth_bytes() == rate and type(config.host_bandwidth_bytes()) is int
+    assert parse_bandwidth(value) == rate
+
+
+@pytest.mark.parametrize(("value", "error", "match"), [
+    (float("inf"), ValueError, r"^host_bandwidth=inf: expected bytes per second > 0"),
+    (-1.0, ValueError, r'^host_bandwidth=-1\.0: bytes per second must be > 0, e\.g\. "12GB/s" or 12e9$'),
+    ("0GB/s", ValueError, r"^host_bandwidth='0GB/s': bytes per second must be > 0"),
+    ("12 parsecs/s", ValueError, r"^host_bandwidth='12 parsecs/s': unknown unit 'parsecs'; accepted units .*"
+                                 r'a bandwidth may end in "/s", e\.g\. "12GB/s"$'),
+    (None, TypeError, r"^host_bandwidth=None: expected bytes per second > 0"),
+])
+def test_host_bandwidth_rejected(value, error, match):
+    with pytest.raises(error, match=match):
+        RematConfig(host_bandwidth=value)
 
 
 def test_partition():
@@ -319,3 +347,21 @@ def test_from_options_validates_values_and_type():
         RematConfig.from_options({"memory_budget": 1.5})
     with pytest.raises(TypeError, match=r"^options=\[\('solver', 'greedy'\)\]: expected a dict"):
         RematConfig.from_options([("solver", "greedy")])
+
+
+def test_float_host_bandwidth_reaches_the_plan():
+    """A float bandwidth plans exactly as the same rate given as a string: each offloaded 1 MiB value's 2 MiB of
+    copies take 2 * 1048576 / 12e9 s = 0.17 ms."""
+    import remat
+
+    w = torch.randn(512, 512, requires_grad=True)
+
+    def step(x):
+        return torch.cos(torch.cos(x @ w) @ w).sum()
+
+    x = torch.randn(512, 512)
+    plans = [remat.explain(step, x, inner="aot_eager", offload=True, host_bandwidth=rate)
+             for rate in (12e9, "12GB/s")]
+    reasons = [[d.reason for d in p.decisions if "offloaded to host" in d.reason] for p in plans]
+    assert reasons[0] == reasons[1] and len(reasons[0]) >= 2
+    assert all("0.17 ms at host_bandwidth" in r for r in reasons[0])

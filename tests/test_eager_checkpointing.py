@@ -23,12 +23,12 @@ from eager_models import TwoInThreeOut, assert_bitwise, grads, recompute_log, tw
 def fresh_checkpointing():
     """Each test starts unconfigured, with an empty tracker and no idle arenas, and leaves it so."""
     gc.collect()  # regions of earlier tests (kept by tracebacks) must not count here
-    saved = (impl._settings, impl._profile, impl._reserve)
-    impl._settings, impl._profile, impl._reserve = None, None, None
+    saved = (impl._settings, impl._profile, impl._reserve, impl._configured)
+    impl._settings, impl._profile, impl._reserve, impl._configured = None, None, None, False
     rng.TRACKER.reset()
     buffers.POOL.trim()
     yield
-    impl._settings, impl._profile, impl._reserve = saved
+    impl._settings, impl._profile, impl._reserve, impl._configured = saved
     rng.TRACKER.reset()
     buffers.POOL.trim()
 
@@ -139,7 +139,6 @@ def test_configure_reads_deepspeed_config_and_arguments_override(tmp_path):
      ["unknown key 'cpu_checkpoint'", "cpu_checkpointing"]),
     ({"deepspeed_config": 3}, TypeError, ["deepspeed_config=3"]),
     ({"checkpoint_in_cpu": "yes"}, TypeError, ["checkpoint_in_cpu='yes'"]),
-    ({"partition_activations": True}, ValueError, ["partition_activations=True", "mpu_"]),
     ({"mpu_": object()}, TypeError, ["mpu_=", "get_model_parallel_rank"]),
 ])
 def test_configure_errors_name_the_argument(kwargs, error, words):
@@ -428,3 +427,155 @@ def test_model_parallel_seed_differs_per_rank():
     assert torch.equal(draws[0][1], draws[1][1]), "the default stream is the same on every model-parallel rank"
     with pytest.raises(TypeError, match="seed='1'"):
         checkpointing.model_parallel_cuda_manual_seed("1")
+
+
+# --- the rest of deepspeed.checkpointing's surface ------------------------------------------------------------------
+
+class TensorParallelMPU:
+    """A Megatron-style mpu: only the tensor-model-parallel method names."""
+
+    def __init__(self, rank=0, world=1):
+        self.rank, self.world = rank, world
+
+    def get_tensor_model_parallel_rank(self):
+        return self.rank
+
+    def get_tensor_model_parallel_world_size(self):
+        return self.world
+
+    def get_tensor_model_parallel_group(self):
+        return None
+
+
+@pytest.mark.parametrize("source", ["argument", "config"])
+def test_partition_without_mpu_is_one_partition(source):
+    """DeepSpeed accepts partition_activations without an mpu (no model parallelism): the whole input is kept."""
+    if source == "argument":
+        checkpointing.configure(mpu_=None, partition_activations=True)
+    else:
+        checkpointing.configure(None, deepspeed_config={"activation_checkpointing": {"partition_activations": True}})
+    assert checkpointing.get_settings().partition_activations is True
+    model = Layers(n=2)
+    x = torch.randn(4, 16, requires_grad=True)
+    want = _reference(model, x)
+    out = model(x * 1.0)
+    kept = [t for r in region.live_regions() for t in r.stash.kept_tensors()]
+    assert [tuple(t.shape) for t in kept] == [(4, 16), (4, 16)]
+    del out
+    assert_bitwise(_step(model, x)[1], want[1])
+
+
+def test_checkpoint_passes_keyword_arguments_through():
+    torch.manual_seed(0)
+    model = TwoInThreeOut()
+    ref = twin(model)
+    x, y = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8, requires_grad=True)
+    mask = torch.rand(4, 8)
+    c, a, b = ref(x, y, mask=mask)
+    (a + 2 * b + 3 * c).sum().backward()
+    want = grads(ref) + [x.grad.clone(), y.grad.clone()]
+    x.grad = y.grad = None
+    c, a, b = checkpointing.checkpoint(model, x, y=y, mask=mask)  # y, a tensor needing grad, passed by keyword
+    (a + 2 * b + 3 * c).sum().backward()
+    assert_bitwise(grads(model) + [x.grad, y.grad], want)
+
+
+def test_non_reentrant_checkpoint_grads_flow_to_parameters_when_no_input_requires_grad(monkeypatch):
+    runs = recompute_log(monkeypatch)
+    model = Layers(n=1)
+    ref = twin(model)
+    x = torch.randn(4, 16)  # no input requires grad: only the parameters do
+    ref.layers[0](x).square().sum().backward()
+    out = checkpointing.non_reentrant_checkpoint(model.layers[0], x)
+    out.square().sum().backward()
+    assert len(runs) == 1
+    assert_bitwise(grads(model), grads(ref))
+    with pytest.raises(TypeError, match="non_reentrant_checkpoint\\(function=3\\)"):
+        checkpointing.non_reentrant_checkpoint(3, x)
+
+
+def test_set_num_layers_and_partition_flag_keep_other_settings_and_do_not_configure():
+    checkpointing.set_num_layers(3)
+    checkpointing.partition_activations_in_checkpoint(True)
+    assert not checkpointing.is_configured()
+    assert checkpointing.get_settings() == impl.Settings(num_checkpoints=3, partition_activations=True)
+    checkpointing.configure(None, checkpoint_in_cpu=True, contiguous_checkpointing=True)
+    assert checkpointing.is_configured()
+    checkpointing.set_num_layers(2)
+    checkpointing.partition_activations_in_checkpoint(False)
+    assert checkpointing.get_settings() == impl.Settings(checkpoint_in_cpu=True, contiguous_checkpointing=True,
+                                                         num_checkpoints=2)
+    assert impl._reserve == 2, "the next step allocates the two arenas up front"
+    for bad, error in ((0, ValueError), (True, ValueError), (2.0, ValueError)):
+        with pytest.raises(error, match=f"set_num_layers\\(nlayers={bad!r}\\): expected a positive int"):
+            checkpointing.set_num_layers(bad)
+    with pytest.raises(TypeError, match="partition_activation=1\\): expected True or False"):
+        checkpointing.partition_activations_in_checkpoint(1)
+
+
+def test_reconfigure_tp_seed_reseeds_only_the_model_parallel_stream():
+    checkpointing.configure(FakeMPU(1, 2))
+    checkpointing.model_parallel_cuda_manual_seed(1234)
+    torch.manual_seed(7)
+    default_before = torch.get_rng_state()
+    checkpointing.model_parallel_reconfigure_tp_seed(99)
+    assert torch.equal(torch.get_rng_state(), default_before), "the default stream is untouched"
+    with checkpointing.get_cuda_rng_tracker().fork():
+        got = torch.rand(8)
+    want = torch.rand(8, generator=torch.Generator().manual_seed(99 + 2718 + 1))
+    assert torch.equal(got, want)
+    with pytest.raises(TypeError, match="reconfigure_tp_seed\\(seed=1.5\\)"):
+        checkpointing.model_parallel_reconfigure_tp_seed(1.5)
+    checkpointing.get_cuda_rng_tracker().reset()
+    with pytest.raises(ValueError, match="call model_parallel_cuda_manual_seed\\(seed\\) first"):
+        checkpointing.model_parallel_reconfigure_tp_seed(99)
+
+
+def test_tensor_model_parallel_mpu_is_used_for_seeds():
+    checkpointing.configure(TensorParallelMPU(rank=3, world=4))
+    checkpointing.model_parallel_cuda_manual_seed(10)
+    with checkpointing.get_cuda_rng_tracker().fork():
+        got = torch.rand(4)
+    assert torch.equal(got, torch.rand(4, generator=torch.Generator().manual_seed(10 + 2718 + 3)))
+
+
+def test_detach_variable_keeps_requires_grad_and_passes_others():
+    a, b = torch.ones(2, requires_grad=True), torch.zeros(2)
+    out = checkpointing.detach_variable((a, 3, b))
+    assert out[1] == 3 and out[0].requires_grad and not out[2].requires_grad
+    assert out[0].grad_fn is None and out[0].data_ptr() == a.data_ptr()
+    with pytest.raises(TypeError, match="detach_variable\\(inputs=list\\): expected a tuple"):
+        checkpointing.detach_variable([a])
+
+
+def test_deepspeed_private_names_megatron_imports():
+    assert checkpointing._MODEL_PARALLEL_RNG_TRACKER_NAME == "model-parallel-rng"
+    assert checkpointing._CUDA_RNG_STATE_TRACKER is checkpointing.get_cuda_rng_tracker()
+    torch.manual_seed(3)
+    state = torch.get_rng_state()
+    first = torch.rand(3)
+    checkpointing._set_cuda_rng_state(state, "cpu")
+    assert torch.equal(torch.rand(3), first)
+
+
+@pytest.mark.parametrize("name, words", [
+    ("get_partition_size", "configure(mpu_, partition_activations=True)"),
+    ("restore_offloaded_activations", "configure(checkpoint_in_cpu=True)"),
+    ("merge_tensors", "checkpoint(fn, *args, **kwargs)"),
+    ("PARTITION_ACTIVATIONS", "get_settings()"),
+    ("num_layers", "set_num_layers(n)"),
+])
+def test_deepspeed_names_not_offered_say_what_to_use(name, words):
+    with pytest.raises(AttributeError) as info:
+        getattr(checkpointing, name)
+    assert f"DeepSpeed's {name} is not offered" in str(info.value) and words in str(info.value)
+    assert not hasattr(checkpointing, "no_such_name")
+
+
+def test_every_public_deepspeed_function_is_offered():
+    """The callables of deepspeed.checkpointing a model uses (its documented API and Megatron's calls)."""
+    names = ["configure", "is_configured", "checkpoint", "non_reentrant_checkpoint", "CheckpointFunction", "reset",
+             "get_cuda_rng_tracker", "model_parallel_cuda_manual_seed", "model_parallel_reconfigure_tp_seed",
+             "set_num_layers", "partition_activations_in_checkpoint", "CudaRNGStatesTracker", "detach_variable"]
+    assert [n for n in names if not callable(getattr(checkpointing, n))] == []
+    assert set(names) <= set(checkpointing.__all__)

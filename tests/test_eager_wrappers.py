@@ -430,7 +430,6 @@ def _ac_model():
     (lambda m: remat.set_activation_checkpointing(m.layers, strategy="group_2"), ValueError,
      ["strategy='group_2'", "ModuleList"]),
     (lambda m: remat.set_activation_checkpointing(m.head, strategy="every"), ValueError, ["strategy='every'"]),
-    (lambda m: remat.checkpoint_wrapper(m.head, offload_to_cpu="yes"), TypeError, ["offload_to_cpu='yes'"]),
     (lambda m: remat.checkpoint(42, torch.randn(2)), TypeError, ["module_or_fn=42"]),
 ])
 def test_bad_arguments_name_the_argument(call, error, words):
@@ -438,6 +437,37 @@ def test_bad_arguments_name_the_argument(call, error, words):
         call(_ac_model())
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("value, offload", [({}, False), (None, False), (0, False), ([], False), ("yes", True),
+                                             ({"device": "cpu"}, True), (1, True)])
+def test_fairscale_offload_to_cpu_is_a_truth_value(value, offload):
+    """FairScale tests `if offload_to_cpu`, so any value works and its truth decides."""
+    model = remat.checkpoint_wrapper(Counted(), offload_to_cpu=value)
+    assert model.forward.spec.offload is offload
+    x = torch.randn(2, 8, requires_grad=True)
+    model(x).sum().backward()
+    assert model.calls == 2
+
+
+def test_fairscale_maintain_forward_counter_counts_forwards_awaiting_backward():
+    model = nn.Sequential(Counted(), nn.Tanh())
+    remat.checkpoint_wrapper(model, maintain_forward_counter=True)
+    counters = lambda: [m._checkpoint_fwd_counter for m in model.modules()]  # noqa: E731
+    assert counters() == [0, 0, 0, 0]  # the Sequential, Counted, its Linear, the Tanh
+    x = torch.randn(2, 8, requires_grad=True)
+    first, second = model(x), model(x)
+    assert counters() == [2, 2, 2, 2]
+    first.sum().backward()
+    assert counters() == [1, 1, 1, 1]
+    second.sum().backward()
+    assert counters() == [0, 0, 0, 0]
+    with torch.no_grad():
+        model(x)
+    assert counters() == [0, 0, 0, 0], "a forward without grad has no backward to wait for"
+    plain = remat.checkpoint_wrapper(Counted(), maintain_forward_counter=False)
+    plain(x).sum().backward()
+    assert not any(hasattr(m, "_checkpoint_fwd_counter") for m in plain.modules())
 
 
 def test_input_modified_in_place_after_forward_is_an_error():
@@ -474,3 +504,142 @@ def test_wrapped_module_copies_and_pickles_with_its_wrapping(monkeypatch, tmp_pa
     assert len(runs) == 2  # the contiguous region and the nested wrapped child's region
     assert clone[0].forward.spec.offload and clone.forward.spec.strategy == "contiguous"
     assert model[0].calls == 0
+
+
+# --- torch's call form of apply_activation_checkpointing ------------------------------------------------------------
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Counted()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.proj(self.inner(x))
+
+
+def _torch_model():
+    torch.manual_seed(0)
+    model = nn.Sequential(Block(), Block(), nn.Linear(8, 8))
+    return model
+
+
+def _recording(model, log):
+    """A wrapper fn that records the path of each module it is given and wraps it with remat's wrapper."""
+    names = {m: n for n, m in model.named_modules()}
+
+    def wrap(module, **kwargs):
+        log.append((names[module], kwargs))
+        return remat.checkpoint_wrapper(module, **kwargs)
+
+    return wrap
+
+
+def _checkpointed(model):
+    return [n for n, m in model.named_modules() if "forward" in m.__dict__]
+
+
+def test_torch_form_check_fn_parity_and_one_recompute_per_block(monkeypatch):
+    model = _torch_model()
+    ref = twin(model)
+    out = remat.apply_activation_checkpointing(model, checkpoint_wrapper_fn=remat.checkpoint_wrapper,
+                                               check_fn=lambda m: isinstance(m, Block))
+    assert out is model and _checkpointed(model) == ["0", "1"]
+    runs = recompute_log(monkeypatch)
+    x = torch.randn(4, 8, requires_grad=True)
+    model(x).square().sum().backward()
+    want_x = x.grad.clone()
+    x.grad = None
+    ref(x).square().sum().backward()
+    assert len(runs) == 2
+    assert_bitwise(grads(model) + [want_x], grads(ref) + [x.grad])
+
+
+@pytest.mark.parametrize("call", ["keywords", "positional", "defaults"])
+def test_torch_form_call_shapes(call):
+    model = _torch_model()
+    if call == "keywords":
+        remat.apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, nn.Linear))
+        want = ["0.inner.lin", "0.proj", "1.inner.lin", "1.proj", "2"]
+    elif call == "positional":
+        remat.apply_activation_checkpointing(model, remat.checkpoint_wrapper, lambda m: isinstance(m, Counted))
+        want = ["0.inner", "1.inner"]
+    else:
+        remat.apply_activation_checkpointing(model)  # torch's defaults: every submodule, never the root
+        want = [n for n, _ in model.named_modules() if n]
+    assert _checkpointed(model) == want
+
+
+def test_torch_form_replaces_modules_with_what_the_wrapper_returns():
+    class Wrapped(nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, *args):
+            return self.module(*args)
+
+    model = _torch_model()
+    remat.apply_activation_checkpointing(model, checkpoint_wrapper_fn=Wrapped, check_fn=lambda m: isinstance(m, Block))
+    assert [type(m).__name__ for m in model] == ["Wrapped", "Wrapped", "Linear"]
+    assert isinstance(model[0].module, Block)
+
+
+def test_torch_form_callable_policy_sees_unwrapped_numel():
+    """A policy wrapping what holds >= 72 parameters not yet wrapped: each Linear(8, 8) (72), not the Blocks
+    (their 144 are all inside wrapped Linears by then), as torch's walk decides."""
+    model = _torch_model()
+    asked = []
+
+    def policy(module, recurse, nonwrapped_numel):
+        asked.append((type(module).__name__, recurse, nonwrapped_numel))
+        return recurse or nonwrapped_numel >= 72
+
+    remat.apply_activation_checkpointing(model, auto_wrap_policy=policy)
+    assert _checkpointed(model) == ["0.inner.lin", "0.proj", "1.inner.lin", "1.proj", "2"]
+    assert ("Block", False, 0) in asked and ("Sequential", True, 360) in asked
+    assert not any(name == "Sequential" and not recurse for name, recurse, _ in asked), "the root is never wrapped"
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+@pytest.mark.parametrize("case", ["check_fn", "policy", "module_wrap_policy", "custom_policy"])
+def test_torch_form_wraps_what_torch_wraps_in_the_same_order(case):
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing as torch_apply)
+    from torch.distributed.fsdp.wrap import CustomPolicy, ModuleWrapPolicy
+
+    arguments = {
+        "check_fn": {"check_fn": lambda m: isinstance(m, (Block, nn.Linear))},
+        "policy": {"auto_wrap_policy": lambda module, recurse, nonwrapped_numel: recurse or nonwrapped_numel >= 72},
+        "module_wrap_policy": {"auto_wrap_policy": ModuleWrapPolicy({Block, Counted})},
+        "custom_policy": {"auto_wrap_policy": CustomPolicy(
+            lambda m: {"offload_to_cpu": True} if isinstance(m, Counted) else isinstance(m, Block))},
+    }[case]
+    logs = []
+    for apply in (torch_apply, remat.apply_activation_checkpointing):
+        model = _torch_model()
+        log = []
+        apply(model, checkpoint_wrapper_fn=_recording(model, log), **arguments)
+        logs.append(log)
+    assert logs[0] == logs[1] and len(logs[1]) >= 2
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda m: remat.apply_activation_checkpointing(m, "full", "layers", check_fn=lambda _: True), TypeError,
+     ["check_fn (torch's form) cannot be combined with variant='full'"]),
+    (lambda m: remat.apply_activation_checkpointing(m, layers_fqn="layers"), TypeError,
+     ["layers_fqn='layers'", "needs variant"]),
+    (lambda m: remat.apply_activation_checkpointing(m, "full"), TypeError, ["layers_fqn=None", "variant 'full'"]),
+    (lambda m: remat.apply_activation_checkpointing(m, check_fn=3), TypeError, ["check_fn=3"]),
+    (lambda m: remat.apply_activation_checkpointing(m, auto_wrap_policy=3), TypeError, ["auto_wrap_policy=3"]),
+    (lambda m: remat.apply_activation_checkpointing(m, checkpoint_wrapper_fn=3), TypeError,
+     ["checkpoint_wrapper_fn=3"]),
+    (lambda m: remat.apply_activation_checkpointing(m, remat.checkpoint_wrapper, check_fn=lambda _: True), TypeError,
+     ["positionally or by keyword, not both"]),
+    (lambda m: remat.apply_activation_checkpointing(3, check_fn=lambda _: True), TypeError, ["model=3"]),
+])
+def test_torch_form_errors_name_the_argument(call, error, words):
+    with pytest.raises(error) as info:
+        call(_ac_model())
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))

@@ -73,8 +73,24 @@ def test_table_max_rows_keeps_the_totals(cosmm):
 def test_table_columns(cosmm):
     p = plan(cosmm, memory_budget=5 * MIB + 16)
     head, first = p.table().splitlines()[:2]
-    assert head.split() == ["node", "op", "shape", "dtype", "bytes", "recompute", "cost", "action", "reason"]
-    assert first.split()[:8] == ["cos", "aten.cos.default", "512x512", "float32", "1.0", "MiB", "21.0", "MFLOP"]
+    assert head.split() == ["node", "op", "module", "shape", "dtype", "bytes", "recompute", "cost", "action",
+                            "reason"]
+    assert first.split()[:10] == ["cos", "aten.cos.default", "(top", "level)", "512x512", "float32", "1.0", "MiB",
+                                  "21.0", "MFLOP"]
+
+
+def test_table_module_column_is_each_decisions_module_path(gpt_joints):
+    """The module column holds the path module_table groups by, row by row, aligned under its header."""
+    p = plan(gpt_joints["loss"], memory_budget=0.3)
+    lines = p.table().splitlines()
+    head, rows = lines[0], lines[1:1 + len(p.decisions)]
+    start = head.index("module")
+    end = head.index("shape")
+    column = [row[start:end].strip() for row in rows]
+    assert column == [d.module_path or "(top level)" for d in p.decisions]
+    assert "blocks.0.attn" in column and "blocks.1.mlp.1" in column and "(top level)" in column
+    softmax = [c for c, d in zip(column, p.decisions) if d.op == "aten._softmax.default"]
+    assert softmax == ["blocks.0.attn", "blocks.1.attn"]
 
 
 @pytest.mark.parametrize("fields", [

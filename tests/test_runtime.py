@@ -6,6 +6,7 @@ import sympy
 import torch
 
 import remat
+from remat.report import fmt_bytes
 from remat.runtime import buffers
 
 DEVICE = torch.device("cpu")
@@ -167,6 +168,33 @@ def test_profile_records_each_step():
         assert record.bytes["offload"] == record.bytes["reload"] == offloaded
         assert record.calls["recompute"] > 0 and record.seconds["recompute"] > 0
     assert plan.profile.totals().bytes["offload"] == 3 * offloaded
+    lines = repr(plan.profile).splitlines()
+    assert lines[:2] == ["Profile: totals over 3 steps", lines[1]] and lines[1].split() == ["kind", "calls", "seconds",
+                                                                                             "bytes"]
+    offload_row = next(line.split(maxsplit=3) for line in lines if line.startswith("offload"))
+    total = plan.profile.totals()
+    assert offload_row == ["offload", str(total.calls["offload"]), f"{total.seconds['offload']:.6f}",
+                           fmt_bytes(3 * offloaded)]
+
+
+def test_profile_repr_is_the_totals_table():
+    from remat.runtime.profile import Profile
+
+    profile = Profile()
+    assert repr(profile) == "Profile: no step recorded yet"
+    profile.add("recompute", 0.5, 3 * 2**20)
+    profile.add("offload", 0.25, 1024)
+    profile.new_step()
+    profile.add("recompute", 0.5, 2**20)
+    assert repr(profile) == str(profile) == profile.table() == "\n".join([
+        "Profile: totals over 2 steps",
+        "kind       calls   seconds    bytes",
+        "recompute      2  1.000000  4.0 MiB",
+        "offload        1  0.250000  1.0 KiB",
+        "reload         0  0.000000      0 B",
+        "gather         0  0.000000      0 B",
+        "pack           0  0.000000      0 B",
+    ])
 
 
 def test_synchronize_reaches_the_ops():

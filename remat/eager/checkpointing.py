@@ -9,6 +9,10 @@ model-parallel group, host copies through ``remat::offload``/``reload``, contigu
 pool, timings into a runtime `Profile`. Where DeepSpeed is brittle this module is not: `checkpoint_in_cpu` and
 `contiguous_checkpointing` work without `partition_activations`, the number of buffers is learned on the first step
 when `num_checkpoints` is not given, and more checkpoints than buffers grow the pool instead of failing.
+
+Every public name of `deepspeed.checkpointing` a model calls is here. DeepSpeed's internal helpers (partitioning,
+offload bookkeeping) and its module-level state variables are not: reading one raises an AttributeError that says
+what to call instead (`get_settings()` reads the state).
 """
 from __future__ import annotations
 
@@ -28,11 +32,16 @@ from . import region
 from .stash import Partition, StashOptions
 
 __all__ = [
-    "CheckpointFunction", "CudaRNGStatesTracker", "checkpoint", "configure", "get_cuda_rng_tracker", "get_profile",
-    "is_configured", "model_parallel_cuda_manual_seed", "reset",
+    "CheckpointFunction", "CudaRNGStatesTracker", "checkpoint", "configure", "detach_variable",
+    "get_cuda_rng_tracker", "get_profile", "get_settings", "is_configured", "model_parallel_cuda_manual_seed",
+    "model_parallel_reconfigure_tp_seed", "non_reentrant_checkpoint", "partition_activations_in_checkpoint",
+    "reset", "set_num_layers",
 ]
 
 CudaRNGStatesTracker = RNGStatesTracker  # DeepSpeed's name; remat's tracker works on CPU and CUDA alike
+# DeepSpeed's private names that Megatron-style code imports (GPT-NeoX's mpu/random.py does).
+_MODEL_PARALLEL_RNG_TRACKER_NAME = MODEL_PARALLEL_RNG
+_CUDA_RNG_STATE_TRACKER = rng.TRACKER
 
 # The `activation_checkpointing` section of a DeepSpeed config: JSON key → configure() argument.
 _SECTION = "activation_checkpointing"
@@ -45,14 +54,17 @@ _KEYS = {
     "profile": "profile",
 }
 _MPU_METHODS = ("get_model_parallel_rank", "get_model_parallel_world_size", "get_model_parallel_group")
+# Megatron's mpu names the tensor-parallel group so; DeepSpeed prefers them when present, and so does remat.
+_TP_METHODS = ("get_tensor_model_parallel_rank", "get_tensor_model_parallel_world_size",
+               "get_tensor_model_parallel_group")
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """What `configure` set. Every field is off by default."""
 
-    mpu: Any = None  # object with get_model_parallel_rank / _world_size / _group; None = no model parallelism
-    partition_activations: bool = False  # keep 1/world of each checkpointed input per model-parallel rank
+    mpu: Any = None  # object with get_[tensor_]model_parallel_rank / _world_size / _group; None = no model parallelism
+    partition_activations: bool = False  # keep 1/world of each checkpointed input per model-parallel rank; no mpu: all
     contiguous_checkpointing: bool = False  # keep checkpointed inputs in arenas reused from step to step
     num_checkpoints: int | None = None  # checkpoints per step: arenas allocated up front; None = learned
     checkpoint_in_cpu: bool = False  # keep checkpointed inputs in host memory between forward and backward
@@ -60,7 +72,8 @@ class Settings:
     profile: bool = False  # record time and bytes of recompute / offload / reload / gather / pack per step
 
 
-_settings: Settings | None = None
+_settings: Settings | None = None  # None until `configure` (or a setter below) sets something
+_configured = False  # `configure` was called (the setters alone do not count, as in DeepSpeed)
 _profile: Profile | None = None
 _reserve: int | None = None  # arenas still to allocate up front (consumed by the first contiguous store)
 
@@ -71,7 +84,7 @@ def configure(mpu_: Any = None, deepspeed_config: dict | str | os.PathLike | Non
               synchronize: bool | None = None, profile: bool | None = None) -> None:
     """Set how `checkpoint` keeps its inputs. Arguments that are not None override the `activation_checkpointing`
     section of `deepspeed_config` (a dict, or the path of a JSON file); what neither sets is off."""
-    global _settings, _profile, _reserve
+    global _settings, _profile, _reserve, _configured
     values = _read_section(deepspeed_config)
     given = dict(partition_activations=partition_activations, contiguous_checkpointing=contiguous_checkpointing,
                  num_checkpoints=num_checkpoints, checkpoint_in_cpu=checkpoint_in_cpu, synchronize=synchronize,
@@ -84,17 +97,30 @@ def configure(mpu_: Any = None, deepspeed_config: dict | str | os.PathLike | Non
     if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count <= 0):
         raise ValueError(f"num_checkpoints={count!r}: expected a positive int (checkpoints per step), or None to "
                          "learn the number of buffers on the first step")
-    if mpu_ is not None:
+    if mpu_ is not None and _mpu_methods(mpu_) is None:
         missing = [m for m in _MPU_METHODS if not callable(getattr(mpu_, m, None))]
-        if missing:
-            raise TypeError(f"mpu_={mpu_!r}: expected an object with methods {', '.join(_MPU_METHODS)}; "
-                            f"it lacks {', '.join(missing)}")
-    elif values.get("partition_activations"):
-        raise ValueError("partition_activations=True: needs mpu_, the model-parallel unit (an object with "
-                         f"{', '.join(_MPU_METHODS)}) whose group the activations are sharded over")
+        raise TypeError(f"mpu_={mpu_!r}: expected an object with methods {', '.join(_MPU_METHODS)} (or "
+                        f"{', '.join(_TP_METHODS)}); it lacks {', '.join(missing)}")
     _settings = Settings(mpu=mpu_, **values)
+    _configured = True
     _profile = Profile() if _settings.profile else None
     _reserve = _settings.num_checkpoints if _settings.contiguous_checkpointing else None
+
+
+def _mpu_methods(mpu: Any) -> tuple[str, str, str] | None:
+    """The rank / world size / group method names `mpu` has: the tensor-parallel ones first, as DeepSpeed."""
+    for names in (_TP_METHODS, _MPU_METHODS):
+        if all(callable(getattr(mpu, m, None)) for m in names):
+            return names
+    return None
+
+
+def _model_parallel(mpu: Any) -> Partition | None:
+    """The group `mpu` shards over; None without model parallelism (one partition: the whole tensor)."""
+    if mpu is None:
+        return None
+    rank, world, group = (getattr(mpu, m)() for m in _mpu_methods(mpu))
+    return Partition(rank, world, group)
 
 
 def _read_section(config: dict | str | os.PathLike | None) -> dict:
@@ -125,7 +151,30 @@ def _read_section(config: dict | str | os.PathLike | None) -> dict:
 
 def is_configured() -> bool:
     """True once `configure` has been called (and until the process ends)."""
-    return _settings is not None
+    return _configured
+
+
+def get_settings() -> Settings:
+    """What `configure` and the setters set (all off before either is called)."""
+    return _settings or Settings()
+
+
+def set_num_layers(nlayers: int) -> None:
+    """Set `num_checkpoints`, the checkpoints per step that contiguous buffers are allocated for up front."""
+    global _settings, _reserve
+    if isinstance(nlayers, bool) or not isinstance(nlayers, numbers.Integral) or nlayers <= 0:
+        raise ValueError(f"set_num_layers(nlayers={nlayers!r}): expected a positive int (checkpoints per step)")
+    _settings = dataclasses.replace(get_settings(), num_checkpoints=int(nlayers))
+    _reserve = _settings.num_checkpoints if _settings.contiguous_checkpointing else None
+
+
+def partition_activations_in_checkpoint(partition_activation: bool) -> None:
+    """Turn `partition_activations` on or off, keeping the rest of the settings."""
+    global _settings
+    if not isinstance(partition_activation, bool):
+        raise TypeError(f"partition_activations_in_checkpoint(partition_activation={partition_activation!r}): "
+                        "expected True or False")
+    _settings = dataclasses.replace(get_settings(), partition_activations=partition_activation)
 
 
 def get_profile() -> Profile | None:
@@ -144,26 +193,33 @@ def reset() -> None:
         _profile.new_step()
 
 
-def checkpoint(function: Callable[..., Any], *args: Any) -> Any:
-    """`function(*args)`, checkpointed: its activations are recomputed in backward from its inputs, kept as
-    `configure` said. Returns what `function` returns."""
+def checkpoint(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`function(*args, **kwargs)`, checkpointed: its activations are recomputed in backward from its inputs (tensors
+    passed by keyword included), kept as `configure` said. Returns what `function` returns."""
+    return _run(function, args, kwargs, "remat.checkpointing.checkpoint")
+
+
+def non_reentrant_checkpoint(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """DeepSpeed's non-reentrant variant, for regions none of whose inputs requires grad (only parameters do).
+    remat's `checkpoint` is non-reentrant already and handles that case; this is the same call."""
+    return _run(function, args, kwargs, "remat.checkpointing.non_reentrant_checkpoint")
+
+
+def _run(function: Callable[..., Any], args: tuple, kwargs: dict, where: str) -> Any:
     global _reserve
     if not callable(function):
-        raise TypeError(f"checkpoint(function={function!r}): expected a callable (a module or a function)")
+        raise TypeError(f"{where.rsplit('.', 1)[-1]}(function={function!r}): expected a callable (a module or a "
+                        "function)")
     if torch.compiler.is_compiling():  # the compiled region is planned by remat; the keep-options are eager's
-        return region.run(function, args, {}, region.DEFAULT, "remat.checkpointing.checkpoint")
-    s = _settings or Settings()
+        return region.run(function, args, kwargs, region.DEFAULT, where)
+    s = get_settings()
     if _profile is not None and (not _profile.steps or _profile.steps[-1].calls["recompute"]):
         _profile.new_step()  # the first checkpoint after a backward starts a step
-    partition = None
-    if s.partition_activations:
-        partition = Partition(s.mpu.get_model_parallel_rank(), s.mpu.get_model_parallel_world_size(),
-                              s.mpu.get_model_parallel_group())
+    partition = _model_parallel(s.mpu) if s.partition_activations else None
     stash = StashOptions(offload=s.checkpoint_in_cpu, partition=partition, contiguous=s.contiguous_checkpointing,
                          profile_id=_profile.id if _profile is not None else -1, sync=s.synchronize)
     reserve, _reserve = _reserve, None
-    return region.run(function, args, {}, region.RegionOptions(stash=stash), "remat.checkpointing.checkpoint",
-                      reserve)
+    return region.run(function, args, kwargs, region.RegionOptions(stash=stash), where, reserve)
 
 
 class CheckpointFunction:
@@ -187,9 +243,71 @@ def model_parallel_cuda_manual_seed(seed: int) -> None:
     with `seed + 2718 + rank`, so each model-parallel rank draws its own numbers inside `fork()`."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"model_parallel_cuda_manual_seed(seed={seed!r}): expected an int")
-    mpu = _settings.mpu if _settings is not None else None
-    rank = mpu.get_model_parallel_rank() if mpu is not None else 0
     tracker = rng.TRACKER
     tracker.reset()
     rng.manual_seed(seed, tracker.device)
-    tracker.add(MODEL_PARALLEL_RNG, seed + 2718 + rank)
+    tracker.add(MODEL_PARALLEL_RNG, seed + 2718 + _model_parallel_rank())
+
+
+def model_parallel_reconfigure_tp_seed(seed: int) -> None:
+    """Re-seed only the model-parallel stream with `seed + 2718 + rank` (the default stream is left as it is)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"model_parallel_reconfigure_tp_seed(seed={seed!r}): expected an int")
+    tracker = rng.TRACKER
+    if MODEL_PARALLEL_RNG not in tracker.get_states():
+        raise ValueError(f"model_parallel_reconfigure_tp_seed(seed={seed}): there is no model-parallel stream to "
+                         "re-seed; call model_parallel_cuda_manual_seed(seed) first")
+    with tracker.fork(MODEL_PARALLEL_RNG):
+        rng.manual_seed(seed + 2718 + _model_parallel_rank(), tracker.device)
+
+
+def _model_parallel_rank() -> int:
+    partition = _model_parallel(get_settings().mpu)
+    return partition.rank if partition is not None else 0
+
+
+def detach_variable(inputs: tuple, device: torch.device | str | None = None) -> tuple:
+    """`inputs` with each tensor detached (moved to `device` first if given), keeping its requires_grad; other
+    items pass through."""
+    if not isinstance(inputs, tuple):
+        raise TypeError(f"detach_variable(inputs={type(inputs).__name__}): expected a tuple")
+    out = []
+    for item in inputs:
+        if isinstance(item, torch.Tensor):
+            moved = item.to(device) if device is not None else item
+            item = moved.detach().requires_grad_(item.requires_grad)
+        out.append(item)
+    return tuple(out)
+
+
+def _set_cuda_rng_state(new_state: torch.Tensor, device: int | str | torch.device = -1) -> None:
+    """Set a device's generator state; -1 is the tracker's device (the current CUDA device, else the CPU)."""
+    if isinstance(device, int):
+        device = rng.default_device() if device == -1 else torch.device("cuda", device)
+    rng.set_state(new_state, torch.device(device))
+
+
+# DeepSpeed's names that are not offered, with what to use instead.
+_PARTITIONING = "remat partitions checkpointed inputs itself: configure(mpu_, partition_activations=True)"
+_OFFLOAD = "remat offloads checkpointed inputs itself: configure(checkpoint_in_cpu=True)"
+_INTERNAL = "an internal helper of DeepSpeed's CheckpointFunction; checkpoint(fn, *args, **kwargs) handles tensor " \
+            "and non-tensor arguments itself"
+_STATE = "remat keeps the settings in one record: read it with get_settings(), is_configured(); change it with " \
+         "configure(...), set_num_layers(n), partition_activations_in_checkpoint(flag)"
+_NOT_OFFERED = {
+    **dict.fromkeys(("get_partition_start", "get_partition_size", "partition_activations",
+                     "gather_partitioned_activations", "get_partitioned_activations_for_backward"), _PARTITIONING),
+    **dict.fromkeys(("get_cpu_activations_for_backward", "get_offloaded_activations_for_backward",
+                     "restore_offloaded_activations"), _OFFLOAD),
+    **dict.fromkeys(("extract_tensors", "merge_tensors", "is_activation_to_checkpoint"), _INTERNAL),
+    **dict.fromkeys(("mpu", "mp_rank", "mp_size", "mp_group", "num_layers", "PARTITION_ACTIVATIONS",
+                     "CONTIGUOUS_CHECKPOINTING", "CPU_CHECKPOINT", "SYNCHRONIZE", "PROFILE_TIME", "timers",
+                     "deepspeed_checkpointing_enabled", "contiguous_data_buffers", "contiguous_size_buffers",
+                     "data_offsets", "size_offsets"), _STATE),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NOT_OFFERED:
+        raise AttributeError(f"remat.checkpointing.{name}: DeepSpeed's {name} is not offered; {_NOT_OFFERED[name]}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,8 +2,9 @@
 
 - smp: `checkpoint(module_or_fn, *args, **kwargs)`, `checkpoint_sequential(seq, input, strategy=...)`,
   `set_activation_checkpointing(module, ...)`.
-- FairScale: `checkpoint_wrapper(module, offload_to_cpu=False)`.
-- modalities: `apply_activation_checkpointing(model, variant, layers_fqn, ac_freq=None, save_ops=None)`.
+- FairScale: `checkpoint_wrapper(module, offload_to_cpu=False, maintain_forward_counter=False)`.
+- modalities: `apply_activation_checkpointing(model, variant, layers_fqn, ac_freq=None, save_ops=None)`; torch's
+  `apply_activation_checkpointing(model, checkpoint_wrapper_fn=..., check_fn=..., auto_wrap_policy=...)` too.
 
 Wrapping patches the module's `forward` in place (the module, its class and its state_dict keys stay the same) and
 returns the module. Each wrapped forward is one region: recomputed once in backward, or traced as a marked region
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 
 from ..config import resolve_op
-from . import region
+from . import autowrap, region
 from .region import RegionOptions
 from .stash import StashOptions
 
@@ -114,23 +115,65 @@ def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = T
                                strategy=strategy if sequential else None, pack_args_as_tuple=pack_args_as_tuple))
 
 
-def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False) -> nn.Module:
+def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False,
+                       maintain_forward_counter: bool = False) -> nn.Module:
     """Checkpoint `module`'s forward (FairScale's checkpoint_wrapper): keyword and keyword-only arguments,
     non-tensor inputs and outputs pass through; with `offload_to_cpu` its inputs wait for backward in host memory.
-    Returns the same module."""
+    With `maintain_forward_counter` every submodule gets a `_checkpoint_fwd_counter`, raised by one per checkpointed
+    forward and lowered by one per recomputation (FairScale's FSDP reads it; eager only). Both flags are taken by
+    truth value, as FairScale does. Returns the same module."""
     if not isinstance(module, nn.Module):
         raise TypeError(f"checkpoint_wrapper(module={module!r}): expected an nn.Module")
-    if not isinstance(offload_to_cpu, bool):
-        raise TypeError(f"offload_to_cpu={offload_to_cpu!r}: expected True or False")
-    return _patch(module, Spec("remat.checkpoint_wrapper", offload=offload_to_cpu))
+    if maintain_forward_counter:
+        for child in module.modules():
+            child._checkpoint_fwd_counter = 0
+    return _patch(module, Spec("remat.checkpoint_wrapper", offload=bool(offload_to_cpu),
+                               forward_counter=bool(maintain_forward_counter)))
 
 
-def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum, layers_fqn: str,
-                                   ac_freq: int | None = None, save_ops: Iterable[Any] | None = None) -> nn.Module:
-    """Checkpoint the layers of the nn.ModuleList at `layers_fqn` (modalities): "full" every layer,
-    "selective_layer" every `ac_freq`-th (layers ac_freq-1, 2*ac_freq-1, ...), "selective_op" every layer but the
-    outputs of `save_ops` are saved rather than recomputed (default: mm, both fused attention kernels, max,
-    reduce_scatter). Returns the model."""
+def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum | Callable | None = None,
+                                   layers_fqn: str | Callable | None = None, ac_freq: int | Any = None,
+                                   save_ops: Iterable[Any] | None = None, *,
+                                   checkpoint_wrapper_fn: Callable[..., nn.Module] | None = None,
+                                   check_fn: Callable[[nn.Module], bool] | None = None,
+                                   auto_wrap_policy: Any = None) -> nn.Module:
+    """Checkpoint layers of `model`, in modalities' call form or in torch's; returns the model.
+
+    modalities' form, `(model, variant, layers_fqn, ac_freq=None, save_ops=None)`: checkpoint the layers of the
+    nn.ModuleList at `layers_fqn`: "full" every layer, "selective_layer" every `ac_freq`-th (layers ac_freq-1,
+    2*ac_freq-1, ...), "selective_op" every layer but the outputs of `save_ops` are saved rather than recomputed
+    (default: mm, both fused attention kernels, max, reduce_scatter).
+
+    torch's form, `(model, checkpoint_wrapper_fn=checkpoint_wrapper, check_fn=lambda _: True,
+    auto_wrap_policy=None)` (torch.distributed.algorithms._checkpoint.checkpoint_wrapper's; also positionally, or
+    with no argument but the model): every submodule (not the root) for which `check_fn` is true, or which
+    `auto_wrap_policy` selects, is replaced by `checkpoint_wrapper_fn(submodule)`, children first. The default
+    wrapper is remat's `checkpoint_wrapper`; another callable (torch's own wrapper, say) is used as given.
+    """
+    torch_form = (checkpoint_wrapper_fn, check_fn, auto_wrap_policy)
+    if callable(variant) and not isinstance(variant, (str, enum.Enum)):  # torch's form, positionally
+        if any(a is not None for a in torch_form) or save_ops is not None:
+            raise TypeError("apply_activation_checkpointing: torch's form takes (model, checkpoint_wrapper_fn, "
+                            "check_fn, auto_wrap_policy) positionally or by keyword, not both")
+        torch_form, variant, layers_fqn, ac_freq = (variant, layers_fqn, ac_freq), None, None, None
+    modalities_form = {"variant": variant, "layers_fqn": layers_fqn, "ac_freq": ac_freq, "save_ops": save_ops}
+    given = [f"{k}={v!r}" for k, v in modalities_form.items() if v is not None]
+    if variant is None:
+        if given:
+            raise TypeError(f"apply_activation_checkpointing({', '.join(given)}): modalities' form needs variant "
+                            "('full', 'selective_layer' or 'selective_op') and layers_fqn")
+        wrapper_fn, check, policy = torch_form
+        return autowrap.apply(model, checkpoint_wrapper if wrapper_fn is None else wrapper_fn, check, policy)
+    if any(a is not None for a in torch_form):
+        names = [n for n, a in zip(("checkpoint_wrapper_fn", "check_fn", "auto_wrap_policy"), torch_form)
+                 if a is not None]
+        raise TypeError(f"apply_activation_checkpointing: {', '.join(names)} (torch's form) cannot be combined with "
+                        f"variant={variant!r} (modalities' form); call apply_activation_checkpointing(model, variant, "
+                        "layers_fqn, ac_freq=..., save_ops=...) or apply_activation_checkpointing(model, "
+                        "checkpoint_wrapper_fn=..., check_fn=..., auto_wrap_policy=...)")
+    if not isinstance(layers_fqn, str):
+        raise TypeError(f"layers_fqn={layers_fqn!r}: variant {variant!r} needs layers_fqn, the path of the "
+                        "nn.ModuleList of layers, e.g. 'transformer.h'")
     kind = _variant(variant)
     try:
         layers = model.get_submodule(layers_fqn)
@@ -192,6 +235,7 @@ class Spec:
     save_ops: tuple[str, ...] = ()  # op names ("aten.mm.default") whose outputs are saved
     strategy: str | None = None  # an nn.Sequential run by checkpoint_sequential with this strategy
     pack_args_as_tuple: bool = False
+    forward_counter: bool = False  # keep FairScale's _checkpoint_fwd_counter on the module's submodules
 
 
 class CheckpointedForward:
@@ -212,6 +256,9 @@ class CheckpointedForward:
             return checkpoint_sequential(module, *args, strategy=s.strategy, preserve_rng_state=s.preserve_rng_state,
                                          pack_args_as_tuple=s.pack_args_as_tuple)
         original = self.inner if self.inner is not None else functools.partial(type(module).forward, module)
+        if s.forward_counter and torch.is_grad_enabled() and not torch.is_inference_mode_enabled() \
+                and not torch.compiler.is_compiling():
+            original = _ForwardCounter(module, original)
         return region.run(original, args, kwargs, self.options, s.where)
 
     def __deepcopy__(self, memo: dict) -> "CheckpointedForward":
@@ -220,6 +267,23 @@ class CheckpointedForward:
 
     def __reduce__(self):
         return CheckpointedForward, (self._module(), self.spec, self.inner)
+
+
+class _ForwardCounter:
+    """One region's forward: its first run adds 1 to each submodule's `_checkpoint_fwd_counter`, its
+    recomputation in backward subtracts 1, so the counter says how many forwards still await their backward."""
+
+    def __init__(self, module: nn.Module, forward: Callable[..., Any]):
+        self.module, self.forward, self.ran = module, forward, False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.forward(*args, **kwargs)
+        step = -1 if self.ran else 1
+        self.ran = True
+        for child in self.module.modules():
+            if hasattr(child, "_checkpoint_fwd_counter"):
+                child._checkpoint_fwd_counter += step
+        return out
 
 
 def _patch(module: nn.Module, spec: Spec) -> nn.Module:

@@ -1,0 +1,135 @@
+"""remat's own compiles (explain, pareto, max_batch) leave the user's compiled functions alone: no recompile, no
+lost code, no entries added next to the user's, nothing kept alive (remat/scoped.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list, cached_backends
+from torch._dynamo.utils import counters
+
+import remat
+from remat import scoped, zoo
+
+W = torch.randn(64, 64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+
+
+def f(x):
+    return torch.cos(torch.cos(x @ W) @ W).sum()
+
+
+def g(x):
+    return torch.sin(x @ W).sum()
+
+
+def with_break(x):
+    y = torch.cos(x @ W)
+    torch._dynamo.graph_break()
+    return torch.cos(y @ W).sum()
+
+
+def x():
+    return torch.randn(64, 64, generator=torch.Generator().manual_seed(1))
+
+
+class Counting:
+    """The user's backend: counts its compiles and runs the graph as traced."""
+
+    def __init__(self):
+        self.compiles = 0
+
+    def __call__(self, gm, example_inputs):
+        self.compiles += 1
+        return gm.forward
+
+
+def valid_entries(fn) -> list:
+    code = fn.forward.__code__ if isinstance(fn, nn.Module) else fn.__code__
+    return [e for e in _debug_get_cache_entry_list(code) if e.code is not None]
+
+
+def compiled_by_user(fn):
+    """`fn` compiled by the user and run once; returns (compiled, backend, the compiled code of its entries)."""
+    backend = Counting()
+    compiled = torch.compile(fn, backend=backend)
+    compiled(x())
+    assert backend.compiles == 1
+    return compiled, backend, [e.code for e in valid_entries(fn)]
+
+
+def assert_untouched(fn, compiled, backend, codes):
+    graphs = counters["stats"]["unique_graphs"]
+    compiled(x())
+    assert backend.compiles == 1, "the user's function recompiled"
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert [e.code for e in valid_entries(fn)] == codes, "the user's cache entries changed"
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()  # the tests start from an empty cache; what remat does in between is under test
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("explained", [f, g, with_break], ids=["same function", "other function", "graph break"])
+def test_explain_leaves_the_users_compiled_function_alone(explained):
+    compiled, backend, codes = compiled_by_user(f)
+    backends = set(cached_backends)
+    plan = remat.explain(explained, x(), inner="aot_eager", memory_budget=0.5)
+    assert plan.decisions
+    assert_untouched(f, compiled, backend, codes)
+    assert set(cached_backends) == backends, "explain's backends are not kept alive by dynamo's backend cache"
+    if explained is with_break:
+        # the graph break compiled with_break's own frame; that entry is forgotten, none is valid
+        assert valid_entries(with_break) == []
+
+
+def test_explain_a_module_the_user_compiled():
+    torch.manual_seed(0)
+    model = zoo.MLP(width=64, depth=2)
+    compiled, backend, codes = compiled_by_user(model)
+    remat.explain(model, x(), inner="aot_eager", memory_budget=0.0)
+    assert_untouched(model, compiled, backend, codes)
+
+
+def test_explain_repeated_past_the_recompile_limit():
+    """More explains of one function than dynamo's recompile limit: each still captures (its own code object), and
+    the user's compile of the same function keeps its single entry."""
+    compiled, backend, codes = compiled_by_user(f)
+    peaks = {remat.explain(f, x(), inner="aot_eager", memory_budget=0.0).peak_bytes
+             for _ in range(torch._dynamo.config.recompile_limit + 1)}
+    assert len(peaks) == 1
+    assert_untouched(f, compiled, backend, codes)
+
+
+def test_pareto_measured_leaves_the_users_compiled_function_alone():
+    compiled, backend, codes = compiled_by_user(f)
+    result = remat.pareto(f, x(), budgets=[1.0, 0.0], measure=True, repeat=1)
+    assert [r.measured_peak_bytes is not None for r in result.rows] == [True, True]
+    assert_untouched(f, compiled, backend, codes)
+
+
+def test_max_batch_leaves_the_users_compiled_function_alone():
+    torch.manual_seed(0)
+    mlp = zoo.MLP(width=64, depth=2)
+    compiled, backend, codes = compiled_by_user(f)
+    fit = remat.max_batch(mlp, lambda b: zoo.make_mlp_batch(64, b), 256 * 1024, limit=64)
+    assert fit.measured_peak is not None
+    assert_untouched(f, compiled, backend, codes)
+
+
+def test_own_code_is_a_new_code_object_each_time():
+    first, second = scoped.own_code(f), scoped.own_code(f)
+    assert first.__code__ is not second.__code__
+    assert first(x()) == f(x())
+
+
+def test_session_forgets_only_what_was_compiled_inside():
+    compiled, backend, codes = compiled_by_user(f)
+    inside = Counting()
+    with scoped.session():
+        torch.compile(f, backend=inside)(x())  # the same code object as the user's compile
+        assert len(valid_entries(f)) == 2
+    assert [e.code for e in valid_entries(f)] == codes
+    assert_untouched(f, compiled, backend, codes)
