@@ -22,8 +22,7 @@ def forward_ids(problem: Problem, resolved: Resolved) -> list[int]:
 
 
 def backward_ids(problem: Problem, resolved: Resolved) -> list[int]:
-    """Backward nodes in schedule order, each recomputed value placed just before its first use, each returned
-    gradient as soon as what it reads exists (_gradients_early).
+    """Backward nodes in schedule order, each recomputed value placed just before its first use.
 
     A recomputed chain is emitted depth-first, inputs in argument order, immediately ahead of the first backward node
     that reads it, so it is live only from there to its last use. A recomputed multi-output op is followed at once by
@@ -58,35 +57,7 @@ def backward_ids(problem: Problem, resolved: Resolved) -> list[int]:
                 stack.append((i, True))
                 stack.extend((j, False) for j in reversed(inputs_of[i]) if pending[j])
         order.append(node)
-    return _gradients_early(problem, order)
-
-
-def _gradients_early(problem: Problem, order: list[int]) -> list[int]:
-    """Each kernel computing a gradient the step returns (a weight's gradient, which allocates no activation memory)
-    runs as soon as what it reads exists, the views it reads moved along: its reads end there, so the activations
-    they keep are freed early."""
-    a = problem.arrays
-    returned = {a.storage[a.index[o]] for o in problem.graph.bw_outputs}
-    out: list[int] = []
-    for i in order:
-        if a.storage[i] != i or i not in returned or a.is_view[i]:
-            out.append(i)
-            continue
-        # views only it reads move with it; anything else it reads stays where it is
-        views, stack, fixed = [], list(a.inputs[i]), []
-        placed = set(out)
-        while stack:
-            j = stack.pop()
-            if a.is_view[j] and j in placed and all(u == i or u in views for u in a.users[j] if u in placed):
-                views.append(j)
-                stack.extend(a.inputs[j])
-            else:
-                fixed.append(j)
-        for v in views:
-            out.remove(v)
-        at = max((out.index(j) + 1 for j in fixed if j in placed and j not in views), default=0)
-        out[at:at] = sorted(views, key=order.index) + [i]
-    return out
+    return order
 
 
 def forward_order(problem: Problem, resolved: Resolved) -> list[str]:

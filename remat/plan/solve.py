@@ -86,14 +86,17 @@ def make_plan(
     if budget_kind == "none":
         return _plan(problem, evaluator, base, baseline, None, None, "baseline", None)
     # The least peak reachable by this solver's proposals (optimal's include both heuristics' as incumbents).
-    least = min(s.peak for s in heuristic_family(evaluator, solver))
+    lowest = min(heuristic_family(evaluator, solver), key=lambda s: s.peak)
     if solver == "optimal":
-        least = min(least, optimal.least_peak(problem, evaluator, time_limit).peak)
+        lowest = min((lowest, optimal.least_peak(problem, evaluator, time_limit)), key=lambda s: s.peak)
+    least = lowest.peak
     budget = resolve_budget(budget_kind, budget_value, least, base.peak)
     gap = None
     if solver == "optimal":
         chosen, bound = optimal.solve(problem, budget, evaluator, time_limit)
         # The MILP run for this budget can reach below the least-peak search's result: report what was reached.
+        if chosen.peak > budget and lowest.peak < chosen.peak:
+            chosen, bound = lowest, None  # the MILP missed the budget by more than the least-peak plan does
         least = min(least, chosen.peak)
         if bound is not None and chosen.cost > 0:
             gap = max(0.0, (chosen.cost - bound) / chosen.cost)
