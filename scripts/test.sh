@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test suite: the fast subset (-m "not slow") first, then the slow tests. Arguments, when given, are passed to
-# one pytest run instead. Exits non-zero when a test fails or when a run collected no test at all.
+# The test suite: the fast subset (-m "not slow") first, then the slow tests, each spread over one pytest-xdist
+# worker per core (a test file stays on one worker, so its module fixtures are built once). Arguments, when given,
+# are passed to one pytest run instead. Exits non-zero when a test fails or when a run collected no test at all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -19,5 +20,7 @@ if [ "$#" -gt 0 ]; then
     run "$@"
     exit $?
 fi
-run -m "not slow" || exit 1
-run -m slow
+workers=$(.venv/bin/python -c "import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))")
+parallel=(-n "$workers" --dist loadfile)
+run -m "not slow" "${parallel[@]}" || exit 1
+run -m slow "${parallel[@]}"

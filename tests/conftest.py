@@ -7,6 +7,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)  # one core per worker: scripts/test.sh runs as many workers as the machine has cores
+
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
