@@ -170,3 +170,25 @@ def forget_compiles() -> Iterator[None]:
         for key in set(backends) - known_backends:
             del backends[key]
         del held
+
+
+def current_compile_id() -> str:
+    """The id of the compile in progress as torch's logs and tlparse print it ("0/0"), or "" outside a compile or
+    where this torch lacks it."""
+    try:
+        context = _lookup("torch._guards", "CompileContext")
+        compile_id = context.current_compile_id()
+    except (TorchAPIError, AttributeError):
+        return ""
+    return str(compile_id) if compile_id is not None else ""
+
+
+def trace_artifact(name: str, payload_fn: Callable[[], str]) -> None:
+    """Emit a JSON artifact named `name` through torch's structured logging (what `TORCH_TRACE=<dir>` writes and
+    tlparse shows next to the compile's graphs). `payload_fn` runs only while a trace is being written. Does nothing
+    where this torch has no structured logging."""
+    try:
+        trace_structured = _lookup("torch._logging", "trace_structured")
+    except TorchAPIError:
+        return
+    trace_structured("artifact", metadata_fn=lambda: {"name": name, "encoding": "json"}, payload_fn=payload_fn)

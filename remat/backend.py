@@ -15,6 +15,7 @@ import torch
 import torch.fx as fx
 
 from . import _torch
+from .logs import log_plan
 from .capture import hooked_nodes
 from .config import RematConfig
 from .pipeline import partition_group, plan_joint
@@ -73,6 +74,7 @@ class Partitioner:
         if profile is not None:
             plan = dataclasses.replace(plan, profile=profile)
         _record(plan)
+        log_plan(plan)
         runtime = Runtime(
             group_name=group.group_name if group is not None else "",
             contiguous_key=next(_arena_keys) if config.contiguous else -1,
