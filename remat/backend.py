@@ -18,6 +18,7 @@ from . import _torch
 from .logs import log_plan
 from .capture import hooked_nodes
 from .config import RematConfig
+from .environ import config_from_environment
 from .pipeline import partition_group, plan_joint
 from .plan.agree import check_ranks_agree
 from .rewrite.transfer import Runtime
@@ -138,10 +139,14 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Rem
 
 def remat_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None,
                   **kwargs: Any):
-    """Entry point registered as torch_dynamo_backends:remat."""
+    """Entry point registered as torch_dynamo_backends:remat. Without `options`, the REMAT_OPTIONS environment
+    variable (a JSON object of options) is read, when set."""
     if kwargs.get("mode") is not None:
         raise ValueError(f"mode={kwargs['mode']!r}: the remat backend takes no mode; pass options={{...}} instead")
-    config = options if isinstance(options, RematConfig) else RematConfig.from_options(options)
+    if options is None:
+        config = config_from_environment()  # callers that can name the backend but pass no options
+    else:
+        config = options if isinstance(options, RematConfig) else RematConfig.from_options(options)
     return compile_graph(gm, example_inputs, config)
 
 
