@@ -10,6 +10,11 @@ import importlib
 from typing import Any, Callable, Iterator
 
 
+# The torch versions remat supports, oldest and newest: pyproject's requirement and the README's test matrix agree.
+SUPPORTED_TORCH = ("2.11", "2.14")
+_SUPPORTED = f"remat supports torch {SUPPORTED_TORCH[0]} to {SUPPORTED_TORCH[1]}"
+
+
 class TorchAPIError(RuntimeError):
     """A private torch API remat relies on is missing or changed in this torch version."""
 
@@ -21,8 +26,7 @@ def _lookup(module: str, name: str) -> Any:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise TorchAPIError(
-            f"remat needs {module}.{name}, which torch {torch.__version__} does not provide; "
-            "remat supports torch 2.11 to 2.14"
+            f"remat needs {module}.{name}, which torch {torch.__version__} does not provide; {_SUPPORTED}"
         ) from exc
 
 
@@ -70,7 +74,7 @@ def storage_use_count(tensor: Any) -> int:
     count = getattr(torch._C, "_storage_Use_Count", None)
     if count is None:
         raise TorchAPIError(f"remat needs torch._C._storage_Use_Count, which torch {torch.__version__} does not "
-                            "provide; remat supports torch 2.11 to 2.14")
+                            f"provide; {_SUPPORTED}")
     storage = tensor.untyped_storage()
     return count(storage._cdata) - 1  # minus the reference `storage` itself holds
 
