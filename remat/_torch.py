@@ -10,6 +10,11 @@ import importlib
 from typing import Any, Callable, Iterator
 
 
+# The torch versions remat supports, oldest and newest: pyproject's requirement and the README's test matrix agree.
+SUPPORTED_TORCH = ("2.11", "2.14")
+_SUPPORTED = f"remat supports torch {SUPPORTED_TORCH[0]} to {SUPPORTED_TORCH[1]}"
+
+
 class TorchAPIError(RuntimeError):
     """A private torch API remat relies on is missing or changed in this torch version."""
 
@@ -21,8 +26,7 @@ def _lookup(module: str, name: str) -> Any:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise TorchAPIError(
-            f"remat needs {module}.{name}, which torch {torch.__version__} does not provide; "
-            "remat supports torch 2.11 to 2.14"
+            f"remat needs {module}.{name}, which torch {torch.__version__} does not provide; {_SUPPORTED}"
         ) from exc
 
 
@@ -70,7 +74,7 @@ def storage_use_count(tensor: Any) -> int:
     count = getattr(torch._C, "_storage_Use_Count", None)
     if count is None:
         raise TorchAPIError(f"remat needs torch._C._storage_Use_Count, which torch {torch.__version__} does not "
-                            "provide; remat supports torch 2.11 to 2.14")
+                            f"provide; {_SUPPORTED}")
     storage = tensor.untyped_storage()
     return count(storage._cdata) - 1  # minus the reference `storage` itself holds
 
@@ -170,3 +174,25 @@ def forget_compiles() -> Iterator[None]:
         for key in set(backends) - known_backends:
             del backends[key]
         del held
+
+
+def current_compile_id() -> str:
+    """The id of the compile in progress as torch's logs and tlparse print it ("0/0"), or "" outside a compile or
+    where this torch lacks it."""
+    try:
+        context = _lookup("torch._guards", "CompileContext")
+        compile_id = context.current_compile_id()
+    except (TorchAPIError, AttributeError):
+        return ""
+    return str(compile_id) if compile_id is not None else ""
+
+
+def trace_artifact(name: str, payload_fn: Callable[[], str]) -> None:
+    """Emit a JSON artifact named `name` through torch's structured logging (what `TORCH_TRACE=<dir>` writes and
+    tlparse shows next to the compile's graphs). `payload_fn` runs only while a trace is being written. Does nothing
+    where this torch has no structured logging."""
+    try:
+        trace_structured = _lookup("torch._logging", "trace_structured")
+    except TorchAPIError:
+        return
+    trace_structured("artifact", metadata_fn=lambda: {"name": name, "encoding": "json"}, payload_fn=payload_fn)

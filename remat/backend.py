@@ -15,8 +15,10 @@ import torch
 import torch.fx as fx
 
 from . import _torch
+from .logs import log_plan
 from .capture import hooked_nodes
 from .config import RematConfig
+from .environ import config_from_environment
 from .pipeline import partition_group, plan_joint
 from .plan.agree import check_ranks_agree
 from .rewrite.transfer import Runtime
@@ -73,6 +75,7 @@ class Partitioner:
         if profile is not None:
             plan = dataclasses.replace(plan, profile=profile)
         _record(plan)
+        log_plan(plan)
         runtime = Runtime(
             group_name=group.group_name if group is not None else "",
             contiguous_key=next(_arena_keys) if config.contiguous else -1,
@@ -136,10 +139,14 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Rem
 
 def remat_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None,
                   **kwargs: Any):
-    """Entry point registered as torch_dynamo_backends:remat."""
+    """Entry point registered as torch_dynamo_backends:remat. Without `options`, the REMAT_OPTIONS environment
+    variable (a JSON object of options) is read, when set."""
     if kwargs.get("mode") is not None:
         raise ValueError(f"mode={kwargs['mode']!r}: the remat backend takes no mode; pass options={{...}} instead")
-    config = options if isinstance(options, RematConfig) else RematConfig.from_options(options)
+    if options is None:
+        config = config_from_environment()  # callers that can name the backend but pass no options
+    else:
+        config = options if isinstance(options, RematConfig) else RematConfig.from_options(options)
     return compile_graph(gm, example_inputs, config)
 
 
