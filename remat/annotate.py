@@ -56,6 +56,7 @@ class Constraints:
     # Random ops recomputation may replay: name → bytes of the generator state saved to replay it.
     replay: Mapping[str, int] = dataclasses.field(default_factory=dict)
     must_offload: Mapping[str, str] = dataclasses.field(default_factory=dict)  # name → reason (policy OFFLOAD)
+    kinds_saved: bool = False  # outputs of whole op kinds are kept (save_ops): the planner adds no such variants
 
 
 def _graph_rule(value: Value, graph: Graph, must_save: dict[str, str], rng: str) -> str | None:
@@ -211,6 +212,7 @@ def annotate(
         types.MappingProxyType(preference),
         types.MappingProxyType(replay),
         types.MappingProxyType(must_offload),
+        kinds_saved=bool(save_targets[0] or save_targets[1]),
     )
 
 

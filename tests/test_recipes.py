@@ -13,7 +13,7 @@ from remat.explain import capture_joints
 from remat.pipeline import plan_joint
 from remat.plan.evaluate import Evaluator
 from remat.plan.recipes import SAVED_OPS, blocks, recipes
-from remat.plan.solve import _plan, recipe_family
+from remat.plan.solve import HEAVY_OPS, _plan, recipe_family
 from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch
 
 from random_graphs import FUZZ_KINDS, random_model
@@ -155,3 +155,59 @@ def test_replay_is_never_worse_than_save_on_random_graphs(seed):
         save = plan(memory_budget=fraction, rng="save")
         replay = plan(memory_budget=save.budget_bytes, rng="replay")
         assert replay.feasible and replay.recompute_flops <= save.recompute_flops, (fraction, save.budget_bytes)
+
+
+def _heavy_kinds(graph) -> list[str]:
+    """The compute-heavy op kinds (matmuls, attention, convolution) the graph's forward produces, as save_ops names."""
+    return sorted({v.op.rsplit(".", 1)[0] for v in graph.values if v.op in HEAVY_OPS})
+
+
+def _assert_free_list_no_worse(plan, ops):
+    """save_ops=() against save_ops=[ops] at the least peak and at the list's own budget in bytes."""
+    listed_least = plan(memory_budget=0.0, save_ops=ops)
+    assert plan(memory_budget=0.0).peak_bytes <= listed_least.peak_bytes, ops
+    for fraction in (0.5, 0.0):
+        listed = plan(memory_budget=fraction, save_ops=ops)
+        free = plan(memory_budget=listed.budget_bytes)
+        assert free.feasible or not listed.feasible, (ops, fraction)
+        assert free.recompute_flops <= listed.recompute_flops, (ops, fraction, free.recompute_flops,
+                                                                listed.recompute_flops)
+
+
+def test_an_empty_save_list_is_never_worse_than_a_one_kind_list_on_gpt(gpt):
+    _, _, captured = gpt
+    kinds = _heavy_kinds(planned(captured, memory_budget=0.0).problem.graph)
+    assert "aten.mm" in kinds, kinds
+    for kind in kinds:
+        _assert_free_list_no_worse(lambda **f: planned(captured, **f).plan, (kind,))
+
+
+def _matmul_seeds(count: int) -> list[int]:
+    """The first `count` seeds whose random model has a matmul (a heavy op kind save_ops may name)."""
+    seeds = []
+    for seed in range(20 * count):
+        model, _ = random_model(seed, size=random.Random(seed).randint(6, 12), kinds=FUZZ_KINDS)
+        if any(step[0] == "matmul" for step in model.program):
+            seeds.append(seed)
+        if len(seeds) == count:
+            return seeds
+    raise AssertionError(f"fewer than {count} random models with a matmul")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", _matmul_seeds(50))
+def test_an_empty_save_list_is_never_worse_than_a_one_kind_list_on_random_graphs(seed):
+    rng = random.Random(seed)
+    model, (x,) = random_model(seed, size=rng.randint(6, 12), kinds=FUZZ_KINDS)
+    x.requires_grad_()
+    (joint, _, num_fwd), _ = trace_joint(model, x)
+
+    def plan(**fields):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return plan_joint(copy.deepcopy(joint), num_fwd, RematConfig(inner="aot_eager", **fields)).plan
+
+    kinds = _heavy_kinds(plan(memory_budget=0.0).problem.graph)
+    assert kinds, seed
+    for kind in kinds:
+        _assert_free_list_no_worse(plan, (kind,))

@@ -14,12 +14,13 @@ from . import greedy, mincut, optimal
 from .evaluate import Evaluator, Scored, pick
 from .plan import Baseline, Decision, Plan
 from .problem import Problem
-from .recipes import recipes
+from .recipes import SAVED_OPS, recipes
 from .transfer import rng_state_decision, transfer_decision
 from .schedule import forward_order
 from .symbolic import symbolic_memory
 
 SOLVERS = ("auto", "mincut", "greedy", "optimal")
+HEAVY_OPS = SAVED_OPS | {"aten.convolution.default"}
 
 
 class BudgetError(ValueError):
@@ -39,7 +40,35 @@ def heuristic_family(evaluator: Evaluator, solver: str) -> list[Scored]:
     if saving is not None:
         inner = evaluator.family("rng-saved", lambda p, e: [evaluator.restricted(saving)])[0]
         members += [s for part in parts for s in inner.family(part, builders[part])]
+    for kind, kept in _heavy_ops_saved(evaluator.problem):
+        inner = evaluator.family(f"saving {kind}", lambda p, e, kept=kept: [evaluator.restricted(kept)])[0]
+        members += heuristic_family(inner, solver)
     return members
+
+
+def _heavy_ops_saved(problem: Problem) -> list[tuple[str, Problem]]:
+    """For each compute-heavy op kind (matmuls, attention, convolution) with a choosable output, the same problem
+    with every such output saved, as `save_ops=[kind]` would keep them: its plans join the family, so an empty
+    save list never yields a costlier plan at a budget than a one-kind list. None under a save list."""
+    if problem.constraints.kinds_saved:
+        return []
+    graph = problem.graph
+    by_kind: dict[str, set[str]] = {}
+    for name in problem.choosable:
+        if graph[name].op in HEAVY_OPS:
+            by_kind.setdefault(graph[name].op, set()).add(name)
+    return [(kind, _with_saved(problem, names, f"save_ops: {kind}", kinds_saved=True))
+            for kind, names in sorted(by_kind.items())]
+
+
+def _with_saved(problem: Problem, names: set[str], reason: str, kinds_saved: bool = False) -> Problem:
+    """`problem` with `names` saved (no longer choosable)."""
+    c = problem.constraints
+    must_save = dict(c.must_save, **{n: reason for n in names})
+    constraints = dataclasses.replace(c, must_save=types.MappingProxyType(must_save),
+                                      kinds_saved=c.kinds_saved or kinds_saved)
+    return dataclasses.replace(problem, constraints=constraints,
+                               choosable=tuple(n for n in problem.choosable if n not in names))
 
 
 def recipe_family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
@@ -54,11 +83,7 @@ def _random_ops_saved(problem: Problem) -> Problem | None:
     replayable = (random_ops | outputs) & set(problem.choosable)
     if not replayable:
         return None
-    c = problem.constraints
-    must_save = dict(c.must_save, **{n: "rng: random op saved" for n in replayable})
-    constraints = dataclasses.replace(c, must_save=types.MappingProxyType(must_save))
-    return dataclasses.replace(problem, constraints=constraints,
-                               choosable=tuple(n for n in problem.choosable if n not in replayable))
+    return _with_saved(problem, replayable, "rng: random op saved")
 
 
 def resolve_budget(kind: str, value: float | int | None, least: int, baseline: int) -> int | None:
@@ -97,6 +122,9 @@ def make_plan(
         # The MILP run for this budget can reach below the least-peak search's result: report what was reached.
         if chosen.peak > budget and lowest.peak < chosen.peak:
             chosen, bound = lowest, None  # the MILP missed the budget by more than the least-peak plan does
+        incumbent = pick(heuristic_family(evaluator, solver), budget)  # the variants optimal's MILP does not see
+        if incumbent.peak <= budget and (chosen.peak > budget or incumbent.cost < chosen.cost):
+            chosen = incumbent
         least = min(least, chosen.peak)
         if bound is not None and chosen.cost > 0:
             gap = max(0.0, (chosen.cost - bound) / chosen.cost)
