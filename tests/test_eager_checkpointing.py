@@ -311,7 +311,7 @@ def test_profile_records_each_step():
     steps = checkpointing.get_profile().steps
     assert len(steps) == 2
     for step in steps:
-        assert step.calls == {"recompute": 4, "offload": 4, "reload": 4, "gather": 0, "pack": 4}
+        assert step.calls == {"recompute": 4, "offload": 4, "reload": 4, "shard": 0, "gather": 0, "pack": 4}
         assert step.bytes["offload"] == step.bytes["pack"] == 4 * 4 * 16 * 4
         assert step.seconds["recompute"] > 0
 

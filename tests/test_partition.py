@@ -2,6 +2,7 @@
 equal the single-process run, and ranks that plan differently fail with an error naming the decision."""
 import copy
 import json
+import math
 import socket
 
 import pytest
@@ -14,29 +15,43 @@ import remat
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
 
-def make_model():
+def make_model(width=256):
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(), torch.nn.Dropout(0.1),
-                               torch.nn.Linear(256, 256), torch.nn.Tanh(), torch.nn.Linear(256, 1))
+    return torch.nn.Sequential(torch.nn.Linear(128, width), torch.nn.GELU(), torch.nn.Dropout(0.1),
+                               torch.nn.Linear(width, width), torch.nn.Tanh(), torch.nn.Linear(width, 1))
 
 
-def run_step(module):
+# Odd shapes: 33 rows of 255 features, so each partitioned activation has an odd element count and its two shards
+# differ (one holds a zero pad).
+ODD = {"width": 255, "batch": 33}
+
+
+def run_step(module, batch=32):
     torch.manual_seed(5)
-    x = torch.randn(32, 128)
+    x = torch.randn(batch, 128)
     loss = module(x).sum()
     loss.backward()
     return loss.item(), [p.grad.flatten().tolist() for p in module.parameters()]
+
+
+def profiled(kind):
+    """(calls, bytes) of `kind` in the last plan's runtime profile."""
+    step = remat.last_plan().profile.steps[-1]
+    return step.calls[kind], step.bytes[kind]
 
 
 def worker(rank, world, port, out, mode):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         options = {"inner": "aot_eager", "partition": "world"}
+        shape = ODD if mode == "odd" else {}
+        if mode == "odd":  # every stage checks its invariants; the runtime ops record what they move
+            options.update(debug=True, profile=True)
         if mode == "mismatch":  # a policy that depends on the rank: the ranks' plans differ
             options["policy"] = lambda node: remat.Action.RECOMPUTE if rank == 1 and "tanh" in node.op else None
-        compiled = torch.compile(make_model(), backend="remat", options=options)
+        compiled = torch.compile(make_model(shape.get("width", 256)), backend="remat", options=options)
         try:
-            loss, grads = run_step(compiled)
+            loss, grads = run_step(compiled, shape.get("batch", 32))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts on it
             result = {"error": f"{type(exc).__name__}: {exc}"}
         else:
@@ -44,6 +59,10 @@ def worker(rank, world, port, out, mode):
             result = {"loss": loss, "grads": grads, "fingerprint": plan.fingerprint(),
                       "partitioned": [(d.name, d.nbytes, d.kept) for d in plan.decisions
                                       if d.action is remat.Action.PARTITION]}
+            if mode == "odd":
+                result["partitioned_shapes"] = [(list(d.shape), d.dtype) for d in plan.decisions
+                                                if d.action is remat.Action.PARTITION]
+                result["shard"], result["gather"] = profiled("shard"), profiled("gather")
         with open(f"{out}/rank{rank}.json", "w") as f:
             json.dump(result, f)
     finally:
@@ -81,3 +100,26 @@ def test_ranks_that_plan_differently_fail_clearly(tmp_path):
     for result in ranks:
         assert "RankDisagreement" in result["error"] and "tanh" in result["error"]
         assert "rank 1 planned decision" in result["error"]
+
+
+def test_partition_of_odd_sized_values_checks_under_debug_and_matches_single_process(tmp_path):
+    """A value whose element count is not a multiple of the world size: the plan, the simulation and the runtime
+    agree on its shard (ceil(numel / world) elements), so debug=True's invariant checks pass; remat::shard records
+    its calls and bytes in the profile as the gather does."""
+    loss, grads = run_step(make_model(ODD["width"]), ODD["batch"])
+    ranks = spawn(tmp_path, "odd")
+    for result in ranks:
+        assert "error" not in result, result.get("error")
+    assert ranks[0]["fingerprint"] == ranks[1]["fingerprint"]
+    for result in ranks:
+        assert result["loss"] == loss and result["grads"] == grads
+        shapes = result["partitioned_shapes"]
+        assert shapes and all(math.prod(shape) % 2 == 1 for shape, _ in shapes), shapes
+        # ceil(numel / 2) elements per rank, in the value's dtype (fp32 activations, a bool dropout mask)
+        shards = [-(-math.prod(shape) // 2) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+                  for shape, dtype in shapes]
+        assert [kept for _, _, kept in result["partitioned"]] == shards
+        expected = sum(shards)
+        assert result["shard"] == [len(shapes), expected]
+        # adjacent gathers share one profile mark; the bytes are what the all_gathers return: both ranks' shards
+        assert 1 <= result["gather"][0] <= len(shapes) and result["gather"][1] == 2 * expected

@@ -192,6 +192,7 @@ def test_profile_repr_is_the_totals_table():
         "recompute      2  1.000000  4.0 MiB",
         "offload        1  0.250000  1.0 KiB",
         "reload         0  0.000000      0 B",
+        "shard          0  0.000000      0 B",
         "gather         0  0.000000      0 B",
         "pack           0  0.000000      0 B",
     ])
@@ -203,6 +204,27 @@ def test_synchronize_reaches_the_ops():
     step(compiled, torch.randn(8, 256))
     fw, bw = remat.last_graphs()
     assert "remat.offload.default(" in fw.code and ", -1, True)" in fw.code
+
+
+def test_shard_records_its_work_and_synchronizes(monkeypatch):
+    """remat::shard takes profile_id and sync as offload does: its calls and this rank's bytes go to the profile,
+    and with sync it waits for the device before and after."""
+    from remat.runtime import ops, profile as profiles
+    from remat.runtime.profile import Profile
+
+    waited = []
+    monkeypatch.setattr(profiles, "synchronize", lambda device: waited.append(device.type))
+    record = Profile()
+    x = torch.arange(15.0).view(3, 5)
+    first = torch.ops.remat.shard(x, 0, 2, record.id, True)
+    second = torch.ops.remat.shard(x, 1, 2, record.id, False)
+    assert torch.equal(first, torch.arange(8.0)) and torch.equal(second, torch.tensor([8.0, 9, 10, 11, 12, 13, 14, 0]))
+    step = record.steps[-1]
+    assert step.calls["shard"] == 2 and step.bytes["shard"] == 2 * 8 * 4
+    assert waited == ["cpu", "cpu"]
+    assert ops.shard_numel(15, 2) == 8 and ops.shard_numel(16, 2) == 8 and ops.shard_numel(1, 4) == 1
+    torch.ops.remat.shard(x, 0, 2)
+    assert record.steps[-1].calls["shard"] == 2, "profile_id -1 records nothing"
 
 
 def cuda_chain(layers=6, mib=1, flops=10**12):

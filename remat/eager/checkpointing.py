@@ -69,7 +69,7 @@ class Settings:
     num_checkpoints: int | None = None  # checkpoints per step: arenas allocated up front; None = learned
     checkpoint_in_cpu: bool = False  # keep checkpointed inputs in host memory between forward and backward
     synchronize: bool = False  # wait for the device at the start and end of each checkpoint's forward and recompute
-    profile: bool = False  # record time and bytes of recompute / offload / reload / gather / pack per step
+    profile: bool = False  # record time and bytes of recompute / offload / reload / shard / gather / pack per step
 
 
 _settings: Settings | None = None  # None until `configure` (or a setter below) sets something

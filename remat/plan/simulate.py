@@ -17,6 +17,7 @@ from . import fusion
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
 from .schedule import backward_ids, forward_ids
+from .transfer import shard_bytes
 
 FORWARD, RECOMPUTE, BACKWARD = "forward", "recompute", "backward"
 
@@ -148,7 +149,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
         spans = fusion.reuse(spans, a.reuse_keys, num_fw)
     extra = _rng_spans(problem, resolved, fw, bw)
     if resolved.offloaded or resolved.partitioned:
-        spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw)
+        spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans)
     return Lifetimes(fw, bw, spans, saved_spans, extra)
 
 
@@ -193,16 +194,17 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
     return fusion.folded(a, fw, in_fw, fw_kept), fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded)
 
 
-def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw):
+def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans):
     """A value that leaves the device is live there until its last forward read, then again from its reload or
     gather (just before its first backward read) to its last; a partitioned value's shard lives in between. On CPU
-    the host is the device, so an offloaded value's host copy counts too."""
+    the host is the device, so an offloaded value's host copy counts too. Only the saved instance's span splits:
+    a one-step scratch span sized like the value (dropout's) stays as it is."""
     a, graph = problem.arrays, problem.graph
     world = problem.transfer.world
     leaving = {a.index[s] for s in resolved.partitioned | resolved.offloaded}
     out = []
     for owner, first, final in spans:
-        if owner not in leaving or first_bw[owner] < 0:
+        if owner not in leaving or first_bw[owner] < 0 or saved_spans.get(a.names[owner]) != (first, final):
             out.append((owner, first, final))
             continue
         out.append((owner, first, max(first, last_fw[owner])))
@@ -211,16 +213,8 @@ def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw):
         if name in resolved.offloaded and graph[name].device == "cpu":
             extra.append((a.nbytes[owner], first, first_bw[owner]))  # the host copy, in the same memory
         elif name in resolved.partitioned:
-            v = graph[name]
-            chunk = -(-(v.nbytes // _itemsize(v)) // world) * _itemsize(v)
-            extra.append((chunk, first, first_bw[owner]))
+            extra.append((shard_bytes(graph[name], world), first, first_bw[owner]))
     return out, extra
-
-
-def _itemsize(v) -> int:
-    import torch
-
-    return torch.empty((), dtype=getattr(torch, v.dtype)).element_size()
 
 
 def _unused_outputs(problem: Problem, fw: list[int], bw: list[int], recomputed) -> list[tuple[int, int, int]]:

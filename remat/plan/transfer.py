@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from ..capture import Graph, Role
+import torch
+
+from ..capture import Graph, Role, Value
+from ..runtime.ops import shard_numel
 
 # Offload and partition are worth their copy only for values at least this large.
 MIN_TRANSFER_BYTES = 1024
@@ -36,6 +39,14 @@ def eligible(graph: Graph, name: str) -> bool:
     v = graph[name]
     return (v.is_tensor and not v.is_view and v.role is Role.FORWARD and v.nbytes >= MIN_TRANSFER_BYTES
             and v.device in ("cpu", "cuda"))
+
+
+def shard_bytes(value: Value, world: int) -> int:
+    """Device bytes one rank keeps of a partitioned value: ceil(numel / world) elements, the last shard
+    zero-padded, as ``remat::shard`` allocates it. The plan's decisions and the simulation both size shards here, so
+    a value whose element count is not a multiple of `world` gets one size everywhere."""
+    itemsize = torch.empty((), dtype=getattr(torch, value.dtype)).element_size()
+    return shard_numel(value.nbytes // itemsize, world) * itemsize
 
 
 def hides_offload(graph: Graph, costs: Mapping[str, int], transfer: Transfer) -> frozenset[str]:
@@ -76,7 +87,7 @@ def transfer_decision(problem, resolved, name: str, reason: str):
                 f"offloaded to host ({why}): {fmt_bytes(2 * v.nbytes)} of copies, {ms:.2f} ms at host_bandwidth{where}")
     if name in resolved.partitioned:
         world = problem.transfer.world
-        chunk = -(-v.nbytes // world)
+        chunk = shard_bytes(v, world)
         return (Action.PARTITION, chunk,
                 f"partitioned over {world} ranks: {fmt_bytes(chunk)} kept here; backward all-gathers "
                 f"{fmt_bytes(chunk * world)}")

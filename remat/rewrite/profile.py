@@ -25,7 +25,8 @@ def mark_recomputation(bw: fx.GraphModule, problem: Problem, resolved: Resolved,
         end = _tensor(run[-1]) or begin
         if begin is None:
             continue
-        nbytes = sum(_bytes(n) for n in run)
+        # a gather moves what its all_gathers return; the wait, slice and view after each hand the same bytes on
+        nbytes = sum(_bytes(n) for n in run if kind != "gather" or n.target in _GATHERS)
         label = f"{kind}{number}"
         with bw.graph.inserting_before(run[0]):
             bw.graph.call_function(torch.ops.remat.mark.default, (begin, profile_id, label, kind, nbytes, True))
@@ -46,6 +47,9 @@ def _kind(node: fx.Node, resolved: Resolved) -> str | None:
 
 def _tensor(node: fx.Node) -> fx.Node | None:
     return node if isinstance(node.meta.get("val"), torch.Tensor) else None
+
+
+_GATHERS = (torch.ops._c10d_functional.all_gather_into_tensor.default,)
 
 
 def _device_anchor(node: fx.Node) -> fx.Node | None:

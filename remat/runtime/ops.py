@@ -3,8 +3,9 @@
 - ``remat::offload(x)`` → a host copy of `x` (pinned, on a side stream, on CUDA; a plain copy on CPU);
   ``remat::reload(host, device)`` → the device copy back. Strides are kept for dense tensors; other views (expanded,
   overlapping) come back contiguous with the same values.
-- ``remat::shard(x, rank, world)`` → this rank's 1/world of `x` flattened (zero-padded to a multiple of world);
-  backward gathers the shards with torch's functional all_gather and views the result back.
+- ``remat::shard(x, rank, world)`` → this rank's 1/world of `x` flattened (zero-padded to a multiple of world;
+  profiled as "shard", this rank's bytes); backward gathers the shards with torch's functional all_gather and views
+  the result back.
 - ``remat::arena_store(x, key, num_slots)`` → `x` copied into the next slot of graph `key`'s arena for this step;
   ``remat::arena_pack(xs, key)`` stores a whole step's saved values, as the forward's last op.
 - ``remat::mark(anchor, profile_id, label, kind, nbytes, begin)`` → profile timestamps around a run of
@@ -75,19 +76,24 @@ def _(host: Tensor, device: torch.device, profile_id: int = -1, sync: bool = Fal
 
 
 def shard_numel(numel: int, world: int) -> int:
-    """Elements each rank keeps of a value with `numel` elements."""
+    """Elements each rank keeps of a value with `numel` elements: ceil(numel / world), the last shard zero-padded
+    (plan/transfer.py's shard_bytes sizes the planned shards with it)."""
     return -(-numel // world)
 
 
 @torch.library.custom_op(f"{_LIB}::shard", mutates_args=())
 def shard(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False) -> Tensor:
     chunk = shard_numel(x.numel(), world)
-    flat = x.reshape(-1)
-    out = torch.zeros(chunk, dtype=x.dtype, device=x.device)
-    start = min(rank * chunk, flat.numel())
-    stop = min(start + chunk, flat.numel())
-    out[: stop - start].copy_(flat[start:stop])
-    return out
+
+    def work() -> Tensor:
+        flat = x.reshape(-1)
+        out = torch.zeros(chunk, dtype=x.dtype, device=x.device)
+        start = min(rank * chunk, flat.numel())
+        stop = min(start + chunk, flat.numel())
+        out[: stop - start].copy_(flat[start:stop])
+        return out
+
+    return _timed(profile_id, "shard", chunk * x.element_size(), sync, x.device, work)
 
 
 @shard.register_fake

@@ -1,4 +1,5 @@
-"""Per-step records of what remat's checkpoint ops did: time and bytes in recompute, offload, reload and gather.
+"""Per-step records of what remat's checkpoint ops did: time and bytes in recompute, offload, reload, shard, gather
+and pack.
 
 A compiled graph with ``profile=True`` owns one `Profile`; its ops find it by id. A step starts when the forward
 runs its first checkpoint op; `Profile.steps` keeps one `StepRecord` per step (the most recent 1000).
@@ -12,7 +13,7 @@ import weakref
 
 import torch
 
-KINDS = ("recompute", "offload", "reload", "gather", "pack")
+KINDS = ("recompute", "offload", "reload", "shard", "gather", "pack")
 
 
 @dataclasses.dataclass
