@@ -16,13 +16,14 @@ from .plots import plot_pareto, plot_timeline
 from .plan.check import PlanInvariantError, check_plan
 from .plan.plan import Baseline, Decision, Plan
 from .plan.solve import BudgetError
+from .runtime.identity import PartitionMismatch
 from .sizing import BatchFit, max_batch
 
 __all__ = [
-    "Action", "BatchFit", "Baseline", "BudgetError", "Decision", "NodeInfo", "ParetoResult", "Plan",
-    "PlanInvariantError", "RematConfig", "SolverComparison", "check_plan", "compare_solvers", "compile", "explain",
-    "last_graphs", "last_plan", "max_batch", "pareto", "peak_memory", "plot_pareto", "plot_timeline", "recent_plans",
-    "remat_backend", "torch_budget_points",
+    "Action", "BatchFit", "Baseline", "BudgetError", "Decision", "NodeInfo", "ParetoResult", "PartitionMismatch",
+    "Plan", "PlanInvariantError", "RematConfig", "SolverComparison", "check_plan", "compare_solvers", "compile",
+    "explain", "last_graphs", "last_plan", "max_batch", "pareto", "peak_memory", "plot_pareto", "plot_timeline",
+    "recent_plans", "remat_backend", "torch_budget_points",
 ]
 
 __all__ += [

@@ -78,6 +78,8 @@ class Partitioner:
         log_plan(plan)
         runtime = Runtime(
             group_name=group.group_name if group is not None else "",
+            group=group,
+            check_every_call=config.debug,
             contiguous_key=next(_arena_keys) if config.contiguous else -1,
             profile_id=profile.id if profile is not None else -1,
             sync=config.synchronize,

@@ -131,8 +131,32 @@ def _seeds(rank):
     return {"parallel": parallel, "default": torch.rand(6)}
 
 
+def _rank_dependent_input(rank):
+    """Each rank checkpoints its own data (data parallelism) with partition_activations over the world: the shards
+    would gather into a mix of both ranks' inputs, so the first call raises on both ranks, naming the input."""
+    import remat
+    from remat import checkpointing
+
+    checkpointing.configure(GlooMPU(), partition_activations=True)
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    torch.manual_seed(100 + rank)
+    x = torch.randn(4, 4, requires_grad=True)
+
+    def block(t):
+        return torch.tanh(lin(t))
+
+    try:
+        checkpointing.checkpoint(block, x).sum().backward()
+    except remat.PartitionMismatch as exc:
+        return {"raised": str(exc)}
+    finally:
+        checkpointing.reset()
+    return {"raised": ""}
+
+
 SCENARIOS = {f.__name__.lstrip("_"): f for f in (_partition_4x4, _contiguous_partition, _eval_then_reset,
-                                                  _offload_partition, _seeds)}
+                                                  _offload_partition, _seeds, _rank_dependent_input)}
 
 
 def _worker(rank, init_file, out_dir):
@@ -192,3 +216,10 @@ def test_model_parallel_seed_differs_across_ranks(ranks):
     first, second = _scenario(ranks, "seeds")
     assert not torch.equal(first["parallel"], second["parallel"])
     assert torch.equal(first["default"], second["default"])
+
+
+def test_partition_of_rank_dependent_inputs_raises_on_every_rank(ranks):
+    for result in _scenario(ranks, "rank_dependent_input"):
+        message = result["raised"]
+        assert "input 0 of _rank_dependent_input.<locals>.block" in message, message
+        assert "model-parallel group" in message and "data-parallel" in message

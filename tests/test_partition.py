@@ -26,8 +26,8 @@ def make_model(width=256):
 ODD = {"width": 255, "batch": 33}
 
 
-def run_step(module, batch=32):
-    torch.manual_seed(5)
+def run_step(module, batch=32, seed=5):
+    torch.manual_seed(seed)
     x = torch.randn(batch, 128)
     loss = module(x).sum()
     loss.backward()
@@ -49,9 +49,15 @@ def worker(rank, world, port, out, mode):
             options.update(debug=True, profile=True)
         if mode == "mismatch":  # a policy that depends on the rank: the ranks' plans differ
             options["policy"] = lambda node: remat.Action.RECOMPUTE if rank == 1 and "tanh" in node.op else None
+        if mode == "debug":  # the ranks compare partitioned values on every call, not only the first
+            options["debug"] = True
         compiled = torch.compile(make_model(shape.get("width", 256)), backend="remat", options=options)
         try:
-            loss, grads = run_step(compiled, shape.get("batch", 32))
+            if mode == "debug":
+                run_step(compiled)  # the same batch on both ranks: the values agree
+            # each rank its own batch (data parallelism): from the first call on, or (debug) on the second
+            seed = 5 + rank if mode in ("debug", "data_parallel") else 5
+            loss, grads = run_step(compiled, shape.get("batch", 32), seed)
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts on it
             result = {"error": f"{type(exc).__name__}: {exc}"}
         else:
@@ -123,3 +129,15 @@ def test_partition_of_odd_sized_values_checks_under_debug_and_matches_single_pro
         assert result["shard"] == [len(shapes), expected]
         # adjacent gathers share one profile mark; the bytes are what the all_gathers return: both ranks' shards
         assert 1 <= result["gather"][0] <= len(shapes) and result["gather"][1] == 2 * expected
+
+
+def test_partition_over_ranks_with_different_data_raises_instead_of_mixing_them(tmp_path):
+    """partition shards values identical across the group. With each rank's own batch (data parallelism over the
+    world) the gathered value would mix both ranks' data; the ranks compare checksums first and every rank raises,
+    naming the value and the group to use. Checked on the first call of a graph; with debug=True on every call."""
+    for mode in ("data_parallel", "debug"):
+        for result in spawn(tmp_path, mode):
+            error = result.get("error", "")
+            assert error.startswith("PartitionMismatch: partition: the saved value"), (mode, error)
+            assert "tensor-/model-parallel group" in error
+

@@ -217,9 +217,20 @@ def _run(function: Callable[..., Any], args: tuple, kwargs: dict, where: str) ->
         _profile.new_step()  # the first checkpoint after a backward starts a step
     partition = _model_parallel(s.mpu) if s.partition_activations else None
     stash = StashOptions(offload=s.checkpoint_in_cpu, partition=partition, contiguous=s.contiguous_checkpointing,
-                         profile_id=_profile.id if _profile is not None else -1, sync=s.synchronize)
+                         profile_id=_profile.id if _profile is not None else -1, sync=s.synchronize,
+                         call_site=_call_site(function) if partition is not None else None)
     reserve, _reserve = _reserve, None
     return region.run(function, args, kwargs, region.RegionOptions(stash=stash), where, reserve)
+
+
+def _call_site(function: Callable[..., Any]) -> Any:
+    """What stays the same across calls of one checkpointed function: its code (a closure made anew per call keeps
+    it), or its class's forward for a module."""
+    code = getattr(function, "__code__", None)
+    if code is not None:
+        return code
+    forward = getattr(type(function), "forward", None)
+    return getattr(forward, "__code__", None) or type(function)
 
 
 class CheckpointFunction:

@@ -15,6 +15,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..runtime import buffers
+from ..runtime import identity
 from ..runtime.ops import gather_shards
 
 # Pool keys of eager regions: one per arena size (the pool learns a key's size), far from compiled graphs' keys.
@@ -38,6 +39,7 @@ class StashOptions:
     contiguous: bool = False
     profile_id: int = -1
     sync: bool = False
+    call_site: Any = None  # what identifies the checkpointed function: partitioned inputs are checked on its first call
 
 
 @dataclasses.dataclass
@@ -58,7 +60,7 @@ class Stash:
         leaves, self.spec = tree_flatten((args, kwargs))
         self.options = options
         moving = [i for i, leaf in enumerate(leaves) if _moves(leaf, options)]
-        kept = [self._kept_form(leaves[i]) for i in moving]
+        kept = [self._kept_form(leaves[i], i) for i in moving]
         if options.contiguous and kept:
             kept = _to_arena(kept, options, reserve)
         for i, tensor in zip(moving, kept):
@@ -68,12 +70,16 @@ class Stash:
         # An input modified in place after forward would make the recomputation differ silently.
         self.versions = {i: leaf._version for i, leaf in enumerate(leaves) if _plain_tensor(leaf)}
 
-    def _kept_form(self, x: torch.Tensor) -> torch.Tensor:
+    def _kept_form(self, x: torch.Tensor, position: int) -> torch.Tensor:
         o = self.options
         with torch.no_grad():
             x = x.detach()
             if o.partition is not None:
-                x = torch.ops.remat.shard(x, o.partition.rank, o.partition.world, o.profile_id, o.sync)
+                check = -1  # one partition (world 1) holds the whole value: nothing to compare
+                if o.partition.world > 1:
+                    label = f"input {position} of {getattr(o.call_site, 'co_qualname', o.call_site)}"
+                    check = identity.check_for((o.call_site, position), label, o.partition.group)
+                x = torch.ops.remat.shard(x, o.partition.rank, o.partition.world, o.profile_id, o.sync, check)
             if o.offload:
                 x = torch.ops.remat.offload(x, o.profile_id, o.sync)
         return x

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+from typing import Any
 
 import torch
 import torch.fx as fx
 
 from ..capture import Role
 from ..plan.problem import Problem, Resolved
+from ..runtime import identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +25,8 @@ class Runtime:
     """What the inserted ops need to know at run time."""
 
     group_name: str = ""  # process group of partition (functional collectives address groups by name)
+    group: Any = None  # that process group
+    check_every_call: bool = False  # compare partitioned values across ranks on every call, not only the first
     contiguous_key: int = -1  # arena key of this graph; -1: contiguous off
     profile_id: int = -1
     sync: bool = False
@@ -85,8 +89,9 @@ def _offload(fw, bw, node, placeholder, problem, runtime):
 def _partition(fw, bw, node, placeholder, problem, runtime):
     t = problem.transfer
     val = node.meta["val"]
+    check_id = identity.register(node.name, runtime.group, runtime.check_every_call)
     shard = _after(fw, node, torch.ops.remat.shard.default,
-                   (node, t.rank, t.world, runtime.profile_id, runtime.sync), "shard")
+                   (node, t.rank, t.world, runtime.profile_id, runtime.sync, check_id), "shard")
     _receive(placeholder, shard)
     chain = [
         (torch.ops._c10d_functional.all_gather_into_tensor.default, lambda p: (p, t.world, runtime.group_name)),

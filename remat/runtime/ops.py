@@ -3,8 +3,9 @@
 - ``remat::offload(x)`` → a host copy of `x` (pinned, on a side stream, on CUDA; a plain copy on CPU);
   ``remat::reload(host, device)`` → the device copy back. Strides are kept for dense tensors; other views (expanded,
   overlapping) come back contiguous with the same values.
-- ``remat::shard(x, rank, world)`` → this rank's 1/world of `x` flattened (zero-padded to a multiple of world;
-  profiled as "shard", this rank's bytes); backward gathers the shards with torch's functional all_gather and views
+- ``remat::shard(x, rank, world, ..., check_id)`` → this rank's 1/world of `x` flattened (zero-padded to a multiple
+  of world; profiled as "shard", this rank's bytes), after checking that `x` is the same on every rank when the
+  check `check_id` is due (identity.py); backward gathers the shards with torch's functional all_gather and views
   the result back.
 - ``remat::arena_store(x, key, num_slots)`` → `x` copied into the next slot of graph `key`'s arena for this step;
   ``remat::arena_pack(xs, key)`` stores a whole step's saved values, as the forward's last op.
@@ -22,7 +23,7 @@ import time
 import torch
 from torch import Tensor
 
-from . import buffers, profile, streams
+from . import buffers, identity, profile, streams
 
 _LIB = "remat"
 
@@ -82,7 +83,8 @@ def shard_numel(numel: int, world: int) -> int:
 
 
 @torch.library.custom_op(f"{_LIB}::shard", mutates_args=())
-def shard(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False) -> Tensor:
+def shard(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False, check_id: int = -1) -> Tensor:
+    identity.verify(check_id, x)  # the ranks agree that x is one value before each keeps only its part
     chunk = shard_numel(x.numel(), world)
 
     def work() -> Tensor:
@@ -97,7 +99,7 @@ def shard(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = F
 
 
 @shard.register_fake
-def _(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False) -> Tensor:
+def _(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False, check_id: int = -1) -> Tensor:
     return x.new_empty(shard_numel(x.numel(), world))
 
 
