@@ -1,7 +1,9 @@
 """Small models and helpers shared by the eager checkpointing tests."""
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 
 import torch
 from torch import nn
@@ -69,3 +71,23 @@ def recompute_log(monkeypatch, children_log: list | None = None) -> list[list]:
 
     monkeypatch.setattr(region.Region, "recompute", counted)
     return runs
+
+
+@contextlib.contextmanager
+def fresh_checkpointing_state():
+    """remat.checkpointing unconfigured, an empty RNG tracker and no idle arenas for the duration, restored after
+    (regions of earlier tests, kept alive by tracebacks, are collected first so they do not count)."""
+    from remat.eager import checkpointing as impl
+    from remat.runtime import buffers, rng
+
+    gc.collect()
+    saved = (impl._settings, impl._profile, impl._reserve, impl._configured)
+    impl._settings, impl._profile, impl._reserve, impl._configured = None, None, None, False
+    rng.TRACKER.reset()
+    buffers.POOL.trim()
+    try:
+        yield
+    finally:
+        impl._settings, impl._profile, impl._reserve, impl._configured = saved
+        rng.TRACKER.reset()
+        buffers.POOL.trim()

@@ -2,7 +2,6 @@
 test_eager_distributed.py)."""
 from __future__ import annotations
 
-import gc
 import json
 import weakref
 
@@ -16,21 +15,14 @@ from remat.eager import checkpointing as impl
 from remat.eager import region
 from remat.runtime import buffers, profile, rng
 
-from eager_models import TwoInThreeOut, assert_bitwise, grads, recompute_log, twin
+from eager_models import TwoInThreeOut, assert_bitwise, fresh_checkpointing_state, grads, recompute_log, twin
 
 
 @pytest.fixture(autouse=True)
 def fresh_checkpointing():
     """Each test starts unconfigured, with an empty tracker and no idle arenas, and leaves it so."""
-    gc.collect()  # regions of earlier tests (kept by tracebacks) must not count here
-    saved = (impl._settings, impl._profile, impl._reserve, impl._configured)
-    impl._settings, impl._profile, impl._reserve, impl._configured = None, None, None, False
-    rng.TRACKER.reset()
-    buffers.POOL.trim()
-    yield
-    impl._settings, impl._profile, impl._reserve, impl._configured = saved
-    rng.TRACKER.reset()
-    buffers.POOL.trim()
+    with fresh_checkpointing_state():
+        yield
 
 
 class FakeMPU:

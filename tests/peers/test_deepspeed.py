@@ -34,16 +34,16 @@ Not applicable:
 from __future__ import annotations
 
 import copy
-import gc
 
 import pytest
 import torch
 from torch import nn
 
 from remat import checkpointing
-from remat.eager import checkpointing as impl
 from remat.eager import region
-from remat.runtime import buffers, rng
+from remat.runtime import buffers
+
+from eager_models import fresh_checkpointing_state
 
 WIDTH = 20
 CHECKPOINTS = {"checkpoint": checkpointing.checkpoint,
@@ -53,15 +53,8 @@ CHECKPOINTS = {"checkpoint": checkpointing.checkpoint,
 @pytest.fixture(autouse=True)
 def unconfigured():
     """Each test starts with remat.checkpointing unconfigured and an empty pool, and leaves it so."""
-    gc.collect()
-    saved = (impl._settings, impl._profile, impl._reserve, impl._configured)
-    impl._settings, impl._profile, impl._reserve, impl._configured = None, None, None, False
-    rng.TRACKER.reset()
-    buffers.POOL.trim()
-    yield
-    impl._settings, impl._profile, impl._reserve, impl._configured = saved
-    rng.TRACKER.reset()
-    buffers.POOL.trim()
+    with fresh_checkpointing_state():
+        yield
 
 
 class Gated(nn.Linear):
