@@ -198,7 +198,7 @@ class RematConfig:
             (learned on the first step, grown when shapes grow); False: each keeps its own allocation.
         rng: random ops in recomputation: ``"replay"`` (backward re-runs them from the generator state saved before
             them: same numbers, a few bytes) or ``"save"`` (their outputs are always saved).
-        profile: True: record per step the time and bytes of recomputation, offload/reload, gather and packing,
+        profile: True: record per step the time and bytes of recomputation, offload/reload, shard, gather and packing,
             read from ``remat.last_plan().profile``; adds a device synchronization around each. False: off.
         synchronize: True: wait for the device before and after every checkpoint op (offload, reload, shard,
             pack), as DeepSpeed's ``synchronize`` does; for debugging and timing. False: off.
