@@ -77,7 +77,6 @@ class Partitioner:
         _record(plan)
         log_plan(plan)
         runtime = Runtime(
-            group_name=group.group_name if group is not None else "",
             group=group,
             check_every_call=config.debug,
             contiguous_key=next(_arena_keys) if config.contiguous else -1,

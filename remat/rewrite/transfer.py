@@ -24,12 +24,16 @@ from ..runtime import identity
 class Runtime:
     """What the inserted ops need to know at run time."""
 
-    group_name: str = ""  # process group of partition (functional collectives address groups by name)
-    group: Any = None  # that process group
+    group: Any = None  # process group of partition; None: no partition
     check_every_call: bool = False  # compare partitioned values across ranks on every call, not only the first
     contiguous_key: int = -1  # arena key of this graph; -1: contiguous off
     profile_id: int = -1
     sync: bool = False
+
+    @property
+    def group_name(self) -> str:
+        """The group's name, by which functional collectives address it; "" without partition."""
+        return self.group.group_name if self.group is not None else ""
 
     @property
     def plain(self) -> bool:
