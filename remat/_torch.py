@@ -34,6 +34,65 @@ def extract_fwd_bwd_modules() -> Callable[..., Any]:
     return _lookup("torch._functorch.partitioners", "_extract_fwd_bwd_modules")
 
 
+def split_joint(joint: Any, saved_values: list, saved_syms: list, saved_opaque: list, *, num_fwd_outputs: int,
+                static_lifetime_inputs: list | None = None) -> tuple[Any, Any]:
+    """torch's `_extract_fwd_bwd_modules`: the forward and backward modules of `joint` given what forward hands to
+    backward: tensors, symbolic sizes and opaque objects (process groups, device meshes, script objects: tensor
+    parallelism's DTensors carry their mesh as one). Raises TorchAPIError naming the torch version when `joint`
+    has opaque objects to hand over and this torch's function cannot take them."""
+    import inspect
+
+    import torch
+
+    extract = extract_fwd_bwd_modules()
+    parameters = inspect.signature(extract).parameters
+    kwargs: dict[str, Any] = {"num_fwd_outputs": num_fwd_outputs}
+    if static_lifetime_inputs and "static_lifetime_input_nodes" in parameters:
+        from torch.utils._ordered_set import OrderedSet
+
+        kwargs["static_lifetime_input_nodes"] = OrderedSet(static_lifetime_inputs)
+    if saved_opaque:
+        if "saved_opaque_nodes" not in parameters:
+            names = ", ".join(n.name for n in saved_opaque[:4])
+            raise TorchAPIError(
+                f"this graph hands opaque objects to backward ({names}: process groups or device meshes, as tensor "
+                f"parallelism's DTensors carry them), and torch {torch.__version__}'s "
+                "torch._functorch.partitioners._extract_fwd_bwd_modules has no saved_opaque_nodes parameter to "
+                "pass them; use a torch whose partitioner takes them (2.13 does), or compile this model with a "
+                f"plain backend (\"aot_eager\", \"inductor\"); {_SUPPORTED}")
+        kwargs["saved_opaque_nodes"] = list(saved_opaque)
+    return extract(joint, saved_values, saved_syms, **kwargs)
+
+
+def subclass_component(node: Any) -> str:
+    """For a joint-graph input aot_autograd unwrapped from a tensor-subclass input (a DTensor parameter under tensor
+    parallelism), the attribute of the subclass it holds ("_local_tensor", "device_mesh"), read from the input
+    descriptor aot_autograd records; "" for a plain input, or where this torch records no descriptors."""
+    desc = node.meta.get("desc")
+    if type(desc).__name__ != "SubclassGetAttrAOTInput":
+        return ""
+    return str(getattr(desc, "attr", ""))
+
+
+def is_opaque(value: Any) -> bool:
+    """True for a node value that is an opaque object (a process group, a device mesh, a script object, real or
+    fake) rather than a tensor or a size: forward hands it to backward as it is; it has no bytes to plan."""
+    import torch
+
+    kinds: tuple[type, ...] = (torch.ScriptObject,)
+    try:
+        kinds += (_lookup("torch._library.fake_class_registry", "FakeScriptObject"),)
+    except TorchAPIError:
+        pass
+    if isinstance(value, kinds):
+        return True
+    try:
+        is_opaque_value = _lookup("torch._library.opaque_object", "is_opaque_value")
+    except TorchAPIError:
+        return False  # a torch without registered opaque types has only script objects
+    return bool(is_opaque_value(value))
+
+
 def is_sym_node() -> Callable[..., bool]:
     return _lookup("torch.fx.experimental.proxy_tensor", "is_sym_node")
 

@@ -174,6 +174,9 @@ def annotate(
         if value.is_view:
             must_recompute[value.name] = f"view of {value.inputs[0]}: re-created from its base for free"
             continue
+        if value.is_opaque:
+            must_save[value.name] = "opaque object (process group, device mesh): handed to backward as it is"
+            continue
         if not value.is_tensor:
             must_recompute[value.name] = "not a tensor"
             continue

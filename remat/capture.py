@@ -17,6 +17,8 @@ import sympy
 import torch
 import torch.fx as fx
 
+from . import _torch
+
 
 class Role(enum.Enum):
     PRIMAL = "primal"  # forward input: parameters, buffers, user inputs
@@ -48,6 +50,11 @@ class Value:
     tags: frozenset[str]  # torch.Tag names of the op, plus remat's own markers
     device: str = ""  # device type of the (first) tensor it returns: "cpu", "cuda"; "" if none
     origin: str = ""  # the node of the dynamo graph this node was traced from ("" if unknown)
+    is_opaque: bool = False  # an opaque object (process group, device mesh, script object): no bytes, never moved
+    # An input unwrapped from a tensor subclass (a DTensor's local shard under tensor parallelism): the subclass
+    # attribute it holds, "_local_tensor"; "" for a plain input and every other node.
+    subclass_attr: str = ""
+    group: str = ""  # a collective's process group name ("" for other nodes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +151,19 @@ def _tags(node: fx.Node) -> frozenset[str]:
         if target.namespace == "prims" and name.startswith(("inductor_random", "inductor_randint")):
             names.add("seeded_random")
     return frozenset(sorted(names))
+
+
+def _group_name(node: fx.Node) -> str:
+    """The process group a functional collective runs over, by name; "" for any other node."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace not in ("_c10d_functional",
+                                                                                   "c10d_functional"):
+        return ""
+    for i, spec in enumerate(target._schema.arguments):
+        if spec.name == "group_name":
+            value = node.args[i] if i < len(node.args) else node.kwargs.get("group_name", "")
+            return value if isinstance(value, str) else ""
+    return ""
 
 
 def sym_expr(x: Any) -> sympy.Expr:
@@ -254,6 +274,9 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
             | (_FORMULA if node.meta.get("partitioner_tag") == "is_backward" else frozenset()),
             device=_device(val),
             origin=_origin(node),
+            is_opaque=not is_tensor and _torch.is_opaque(val),
+            subclass_attr=_torch.subclass_component(node) if node.op == "placeholder" else "",
+            group=_group_name(node),
         ))
 
     out_args = [a for a in _flat_outputs(nodes[-1])]

@@ -33,9 +33,10 @@ def peak_memory(
             of one) is on CUDA, else ``"cpu"``.
         exclude: called once after ``fn`` returns; yields tensors (None entries are skipped) whose memory is left
             out, e.g. ``lambda: [p.grad for p in model.parameters()]`` to measure a training step without its
-            parameter gradients. On CPU, for each such tensor the last allocation the call made at its data
-            pointer is ignored, both when it is allocated and when it is freed. On CUDA the allocator only reports
-            totals, so ``exclude`` is accepted but not called and nothing is subtracted: CUDA counts everything.
+            parameter gradients; a DTensor (tensor parallelism, FSDP2) stands for its local tensor on this rank.
+            On CPU, for each such tensor the last allocation the call made at its data pointer is ignored, both
+            when it is allocated and when it is freed. On CUDA the allocator only reports totals, so ``exclude`` is
+            accepted but not called and nothing is subtracted: CUDA counts everything.
 
     On CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus the memory allocated at
     the start (caching-allocator blocks, so sizes are rounded up to 512 bytes). On CPU: the allocation and free
@@ -113,12 +114,25 @@ def _excluded_allocations(events: list[tuple[int, int, int]], tensors: Iterable[
     addresses = set()
     for tensor in tensors:
         if tensor is not None:
+            tensor = _local(tensor)
             addresses.update({tensor.data_ptr(), tensor.untyped_storage().data_ptr()})
     last = {}
     for index, (_, address, nbytes) in enumerate(events):
         if nbytes > 0 and address in addresses:
             last[address] = index
     return set(last.values())
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor holding `tensor`'s memory on this rank: a DTensor's local shard, any other tensor itself (a
+    DTensor has no storage of its own to point at)."""
+    if torch.distributed.is_available():
+        from torch.distributed.tensor import DTensor
+
+        if isinstance(tensor, DTensor):
+            with torch.no_grad():
+                return tensor.to_local()
+    return tensor
 
 
 def _replay(events: list[tuple[int, int, int]], excluded: set[int]) -> int:

@@ -54,7 +54,7 @@ def transfer_of(config: RematConfig) -> Transfer:
 
         world, rank = dist.get_world_size(group), dist.get_rank(group)
     return Transfer(offload=config.offload, host_bandwidth=config.host_bandwidth_bytes(), world=max(world, 1),
-                    rank=rank)
+                    rank=rank, group=group.group_name if group is not None else "")
 
 
 def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,

@@ -13,6 +13,7 @@ from typing import Iterable, Mapping
 from ..annotate import PREFERENCE_SCALE, Constraints
 from ..capture import Graph, Role
 from .arrays import FORWARD, PRIMAL, Arrays, arrays
+from .replication import rank_local
 from .transfer import Transfer, eligible, hides_offload
 
 
@@ -55,6 +56,8 @@ class Problem:
     offloadable: frozenset[str] = frozenset()  # values offload="auto" sends to host when saved
     fuses: bool = False  # the inner compiler fuses (inductor): the simulation follows fusion.py
     baseline: BaselineSpec = BaselineSpec()
+    # Values that may differ across the partition group's ranks (replication.rank_local), never partitioned.
+    rank_local: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def instances(self) -> tuple[int, ...]:
@@ -129,7 +132,8 @@ class Problem:
             offload |= {n for n in saved if eligible(self.graph, n)}
         elif t.offload == "auto":
             offload |= saved & self.offloadable
-        partition = {n for n in saved - offload if eligible(self.graph, n)} if t.world > 1 else set()
+        partition = {n for n in saved - offload if eligible(self.graph, n) and n not in self.rank_local} \
+            if t.world > 1 else set()
         return frozenset(offload), frozenset(partition)
 
 
@@ -153,8 +157,10 @@ def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constrain
     fw_required = frozenset(_ancestors(graph, graph.fw_outputs, lambda r: r is Role.FORWARD))
     read = {i for b in backward for i in graph[b].inputs if graph[i].role is Role.PRIMAL}
     needed_inputs = tuple(v.name for v in graph.values if v.name in read)
+    local = rank_local(graph, transfer.group) if transfer.world > 1 else {}
     return Problem(graph, costs, constraints, forward, backward, needed, candidates, choosable, fw_required,
-                   needed_inputs, arrays(graph), transfer, hides_offload(graph, costs, transfer), fuses, baseline)
+                   needed_inputs, arrays(graph), transfer, hides_offload(graph, costs, transfer), fuses, baseline,
+                   local)
 
 
 def _ancestors(graph: Graph, roots: Iterable[str], keep) -> set[str]:

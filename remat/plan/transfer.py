@@ -29,6 +29,7 @@ class Transfer:
     host_bandwidth: int = 12 * 10**9  # bytes per second
     world: int = 1  # ranks saved values are partitioned over; 1: no partition
     rank: int = 0
+    group: str = ""  # name of the partition's process group, as collectives in the graph name theirs
 
     @property
     def active(self) -> bool:
@@ -85,6 +86,8 @@ def transfer_decision(problem, resolved, name: str, reason: str):
         ms = 2e3 * v.nbytes / problem.transfer.host_bandwidth
         return (Action.OFFLOAD, kept,
                 f"offloaded to host ({why}): {fmt_bytes(2 * v.nbytes)} of copies, {ms:.2f} ms at host_bandwidth{where}")
+    if problem.transfer.world > 1 and name in problem.rank_local and eligible(problem.graph, name):
+        return Action.SAVE, None, f"{reason}; kept whole, not partitioned: {problem.rank_local[name]}"
     if name in resolved.partitioned:
         world = problem.transfer.world
         chunk = shard_bytes(v, world)

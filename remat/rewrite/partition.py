@@ -6,12 +6,12 @@ simulator assumed: each recomputed chain just before its first backward use, so 
 """
 from __future__ import annotations
 
-import inspect
 from typing import Sequence
 
 import torch.fx as fx
 
 from .. import _torch
+from ..capture import Role
 from ..plan.problem import Problem, Resolved
 from ..plan.schedule import backward_order
 from .profile import mark_recomputation, mark_step
@@ -30,15 +30,15 @@ def partition(
     joint, states = replay_random_ops(joint, problem, resolved)
     nodes = {n.name: n for n in joint.graph.nodes}
     is_sym = _torch.is_sym_node()
-    saved = sorted(resolved.saved | resolved.inputs, key=lambda n: problem.graph[n].index)
-    saved_values = [nodes[n] for n in saved if not is_sym(nodes[n])] + [nodes[n] for n in states]
+    graph = problem.graph
+    saved = sorted(resolved.saved | resolved.inputs, key=lambda n: graph[n].index)
+    saved_values = [nodes[n] for n in saved if not is_sym(nodes[n]) and not graph[n].is_opaque]
+    saved_values += [nodes[n] for n in states]
     saved_syms = [nodes[n] for n in saved if is_sym(nodes[n])]
-    extract = _torch.extract_fwd_bwd_modules()
-    kwargs = {"num_fwd_outputs": num_fwd_outputs}
-    if static_lifetime_input_indices and "static_lifetime_input_nodes" in inspect.signature(extract).parameters:
-        placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
-        kwargs["static_lifetime_input_nodes"] = _ordered_set(placeholders[i] for i in static_lifetime_input_indices)
-    fw, bw = extract(joint, saved_values, saved_syms, **kwargs)
+    placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
+    static = [placeholders[i] for i in static_lifetime_input_indices or ()]
+    fw, bw = _torch.split_joint(joint, saved_values, saved_syms, _opaque(problem, nodes),
+                                num_fwd_outputs=num_fwd_outputs, static_lifetime_inputs=static)
     _dead_code(fw)
     _dead_code(bw)
     move_saved(fw, bw, num_fwd_outputs, problem, resolved, runtime)
@@ -49,10 +49,11 @@ def partition(
     return fw, bw
 
 
-def _ordered_set(items):
-    from torch.utils._ordered_set import OrderedSet
-
-    return OrderedSet(items)
+def _opaque(problem: Problem, nodes: dict[str, fx.Node]) -> list[fx.Node]:
+    """The opaque objects forward may hand to backward (a DTensor's device mesh, a process group), as torch's own
+    partitioners offer them: every one that is not a tangent; those backward does not read are dropped."""
+    return [nodes[v.name] for v in problem.graph.values
+            if v.is_opaque and v.role in (Role.PRIMAL, Role.FORWARD) and v.name in nodes]
 
 
 def _dead_code(gm: fx.GraphModule) -> None:
