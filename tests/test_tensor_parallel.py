@@ -5,7 +5,12 @@ tensor-parallel group shards only the activations every rank holds alike.
 All aot_eager scenarios run in one spawn of two processes (a module fixture), each reporting its own result or error,
 so the whole file stays within a few tens of seconds on two cores."""
 import json
+import os
+import pathlib
+import re
 import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -304,3 +309,21 @@ def test_tensor_parallel_under_inductor_matches_plain_inductor(tmp_path):
     for result in spawn(tmp_path, ["inductor"]):
         assert "failed" not in result["inductor"], result["inductor"].get("failed")
         assert result["inductor"]["equal"]
+
+
+def test_torchrun_example_runs_on_two_cpu_ranks():
+    """examples/tp_fsdp.py under torchrun (FSDP2 + tensor parallelism on a 1x2 mesh, gloo): both ranks report the
+    same loss (they hold one batch), a plan per graph and a measured peak."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "examples/tp_fsdp.py", "--small"], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=180)
+    assert run.returncode == 0, run.stderr[-4000:]
+    heads = re.findall(r"^rank (\d) \(dp 0/1, tp (\d)/2\): loss ([\d.]+), memory_budget 512KiB, (\d+) graph", run.stdout,
+                       re.M)
+    assert [(rank, tp) for rank, tp, _, _ in heads] == [("0", "0"), ("1", "1")], run.stdout
+    assert heads[0][2] == heads[1][2]  # the tensor-parallel ranks compute one loss
+    graphs = int(heads[0][3])
+    assert graphs >= 1 and run.stdout.count("  graph ") == 2 * graphs
+    assert len(re.findall(r"measured peak of a step: [\d.]+ MiB", run.stdout)) == 2
