@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import sympy
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -21,6 +22,8 @@ import torch.nn.functional as F
 
 import remat
 from remat import _torch
+from remat.capture import Graph, Role, Value
+from remat.plan.replication import rank_local
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -294,6 +297,50 @@ def test_peak_memory_leaves_out_dtensor_gradients(ranks):
     for result in results(ranks, "peak"):
         assert result["dtensor_grads"] == 24  # the column- and row-parallel weights and biases of both blocks
         assert result["without"] == result["without_locals"] < result["whole"], result
+
+
+def value(name, index, role, op="aten.mm.default", inputs=(), subclass_attr="", group=""):
+    return Value(name=name, index=index, role=role, op=op, inputs=inputs, users=(), nbytes=4096,
+                 nbytes_expr=sympy.Integer(4096), storage=name, is_tensor=True, is_view=False, is_multi=False, shape=(32, 32),
+                 dtype="float32", module_path="", tags=frozenset(), device="cpu", subclass_attr=subclass_attr,
+                 group=group)
+
+
+def test_rank_local_values_follow_dtensor_shards_and_collectives_over_the_group():
+    """A DTensor's local tensor and what is computed from it differ across the tensor-parallel group "tp"; an
+    all_reduce over "tp" makes its result the same on every rank again, one over another group does not, and a
+    reduce_scatter over "tp" hands each rank its own part."""
+    P, F = Role.PRIMAL, Role.FORWARD
+    values = [
+        value("primals_1", 0, P, "placeholder"),  # the batch: a plain input
+        value("primals_2", 1, P, "placeholder", subclass_attr="_local_tensor"),  # a column-parallel weight's shard
+        value("primals_3", 2, P, "placeholder", subclass_attr="device_mesh"),
+        value("mm", 3, F, inputs=("primals_1", "primals_2")),
+        value("all_reduce", 4, F, "_c10d_functional.all_reduce.default", ("mm",), group="tp"),
+        value("wait", 5, F, "_c10d_functional.wait_tensor.default", ("all_reduce",)),
+        value("add", 6, F, "aten.add.Tensor", ("wait", "primals_1")),
+        value("dp_reduce", 7, F, "_c10d_functional.all_reduce.default", ("mm",), group="dp"),
+        value("scatter", 8, F, "_c10d_functional.reduce_scatter_tensor.default", ("add",), group="tp"),
+        value("relu", 9, F, "aten.relu.default", ("scatter",)),
+        value("x2", 10, F, "aten.mul.Tensor", ("primals_1",)),
+    ]
+    local = rank_local(Graph(tuple(values), 1, ("relu",), (), ()), "tp")
+    assert sorted(local) == ["dp_reduce", "mm", "primals_2", "relu", "scatter"]
+    assert local["mm"] == local["dp_reduce"] == ("computed from primals_2, this rank's shard of a DTensor input "
+                                                 "(tensor parallelism), different on each rank")
+    assert local["relu"] == "computed from scatter, reduce_scatter_tensor over the partition group gives each rank " \
+                            "its own part"
+
+
+def test_split_joint_names_the_torch_version_when_opaque_objects_cannot_be_handed_over(monkeypatch):
+    def extract(joint, saved_values, saved_sym_nodes, *, num_fwd_outputs):
+        raise AssertionError("not reached: the guard raises first")
+
+    monkeypatch.setattr(_torch, "extract_fwd_bwd_modules", lambda: extract)
+    mesh = torch.fx.Graph().placeholder("primals_2")
+    with pytest.raises(_torch.TorchAPIError, match=rf"primals_2: .*torch {re.escape(torch.__version__)}'s .*"
+                                                    r"saved_opaque_nodes"):
+        _torch.split_joint(None, [], [], [mesh], num_fwd_outputs=1)
 
 
 def test_torch_without_opaque_support_fails_with_a_clear_error(ranks):
