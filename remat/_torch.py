@@ -246,6 +246,28 @@ def current_compile_id() -> str:
     return str(compile_id) if compile_id is not None else ""
 
 
+def current_compile_frame() -> tuple[int, int] | None:
+    """(frame id, compile count within that frame) of the compile in progress: a frame is one code object dynamo
+    compiles (a graph break resumes in another); a recompile of it has the same frame id and the next count. None
+    outside a compile or where this torch lacks it."""
+    try:
+        context = _lookup("torch._guards", "CompileContext")
+        compile_id = context.current_compile_id()
+    except (TorchAPIError, AttributeError):
+        return None
+    frame = getattr(compile_id, "frame_id", None)
+    count = getattr(compile_id, "frame_compile_id", None)
+    return (frame, count) if isinstance(frame, int) and isinstance(count, int) else None
+
+
+def ends_at_graph_break(gm: Any) -> bool:
+    """Whether dynamo cut the graph `gm` short, so that more of the step runs after it as other graphs: a graph
+    break, or one of DDP's buckets (DDPOptimizer marks every bucket so, the last one too). False where this torch
+    does not record why a graph was compiled."""
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    return bool(getattr(reason, "graph_break", False))
+
+
 def trace_artifact(name: str, payload_fn: Callable[[], str]) -> None:
     """Emit a JSON artifact named `name` through torch's structured logging (what `TORCH_TRACE=<dir>` writes and
     tlparse shows next to the compile's graphs). `payload_fn` runs only while a trace is being written. Does nothing

@@ -19,12 +19,13 @@ from .logs import log_plan
 from .capture import hooked_nodes
 from .config import RematConfig
 from .environ import config_from_environment
-from .pipeline import partition_group, plan_joint
+from .pipeline import Planned, partition_group, plan_joint
 from .plan.agree import check_ranks_agree
 from .rewrite.transfer import Runtime
 from .runtime.profile import Profile
 from .plan.plan import Plan
 from .rewrite.partition import partition
+from .step import Slot, StepLedger, plan_in_step
 
 _plans: list[Plan] = []
 _graphs: list[tuple[fx.GraphModule, fx.GraphModule]] = []
@@ -59,14 +60,18 @@ def _record(plan: Plan) -> None:
 class Partitioner:
     """remat's partition function: plans the joint graph and returns (forward module, backward module)."""
 
-    def __init__(self, config: RematConfig, hooked: frozenset[str] = frozenset()):
+    def __init__(self, config: RematConfig, hooked: frozenset[str] = frozenset(), step: StepLedger | None = None,
+                 followed: bool = False):
         self.config = config
         self.hooked = hooked  # dynamo-graph nodes with tensor hooks: saved, never recomputed
+        self.step = step  # the graphs of the step this graph belongs to (remat/step.py); None: planned alone
+        self.followed = followed  # more graphs of the step run after this one (it ends at a graph break)
+        self.slot: Slot | None = None  # this graph's place in that step, once planned
 
     def __call__(self, joint: fx.GraphModule, joint_inputs: Sequence[Any], *, num_fwd_outputs: int,
                  static_lifetime_input_indices: Sequence[int] | None = None, **_: Any):
         config = self.config
-        planned = plan_joint(joint, num_fwd_outputs, config, self.hooked, static_lifetime_input_indices)
+        planned = self.plan(joint, num_fwd_outputs, static_lifetime_input_indices)
         plan = planned.plan
         group = partition_group(config)
         if group is not None:
@@ -93,6 +98,17 @@ class Partitioner:
         del _graphs[:-8]
         return fw, bw
 
+    def plan(self, joint: fx.GraphModule, num_fwd_outputs: int, static: Sequence[int] | None) -> Planned:
+        """Plan the joint graph; under a byte budget, as one graph of its step (remat/step.py): the budget less
+        what the step's earlier graphs keep for backward."""
+        config, step = self.config, self.step
+        frame = _torch.current_compile_frame() if step is not None and config.budget_kind() == "bytes" else None
+        if frame is None:
+            return plan_joint(joint, num_fwd_outputs, config, self.hooked, static)
+        if self.slot is None:  # a graph partitioned again keeps its place
+            self.slot = step.slot(frame)
+        return plan_in_step(step, self.slot, joint, num_fwd_outputs, config, self.hooked, static, self.followed)
+
 
 _HookBase = _torch.custom_partitioner_base() or object
 
@@ -100,41 +116,49 @@ _HookBase = _torch.custom_partitioner_base() or object
 class InductorPartitioner(_HookBase):  # type: ignore[misc, valid-type]
     """remat's partitioner in inductor's custom-partitioner hook (inductor runs its joint-graph passes first)."""
 
-    def __init__(self, config: RematConfig, hooked: frozenset[str] = frozenset()):
-        self.partitioner = Partitioner(config, hooked)
+    def __init__(self, config: RematConfig, hooked: frozenset[str] = frozenset(), step: StepLedger | None = None,
+                 followed: bool = False):
+        self.partitioner = Partitioner(config, hooked, step, followed)
 
     def __call__(self, gm, joint_inputs, **kwargs):
         kwargs.pop("compiler", None)
         return self.partitioner(gm, joint_inputs, **kwargs)
 
     def uuid(self):
-        # The compile cache must not reuse a graph partitioned under another config.
-        return f"remat:{self.partitioner.config!r}:{sorted(self.partitioner.hooked)}"
+        # The compile cache must not reuse a graph partitioned under another config, nor, under a byte budget for
+        # the step, one planned in another step or another state of it (a reused graph would not be counted).
+        step = self.partitioner.step
+        split = f":{step.key()}" if step is not None and self.partitioner.config.budget_kind() == "bytes" else ""
+        return f"remat:{self.partitioner.config!r}:{sorted(self.partitioner.hooked)}{split}"
 
     def __getstate__(self):
         # Only inductor's cache key pickles the hook; a policy callable may not pickle, its uuid does.
         return {"uuid": self.uuid()}
 
 
-def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: RematConfig, force_fallback: bool = False):
-    """Compile one dynamo graph with remat's partitioner and the configured inner compiler."""
+def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: RematConfig, force_fallback: bool = False,
+                  step: StepLedger | None = None):
+    """Compile one dynamo graph with remat's partitioner and the configured inner compiler. `step`: the ledger of
+    the graphs this backend compiled before (remat/step.py), so a byte budget bounds the step; None: planned alone."""
     from torch._dynamo.backends.common import aot_autograd
 
     hooked = hooked_nodes(gm)
+    followed = step is not None and _torch.ends_at_graph_break(gm)
     if config.inner == "inductor":
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
         if _HookBase is not object and not force_fallback:
-            hook = InductorPartitioner(config, hooked)
+            hook = InductorPartitioner(config, hooked, step, followed)
             return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": hook})
         from torch._inductor.decomposition import select_decomp_table
 
         return aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner,
-                            partition_fn=Partitioner(config, hooked), decompositions=select_decomp_table(),
+                            partition_fn=Partitioner(config, hooked, step, followed),
+                            decompositions=select_decomp_table(),
                             keep_inference_input_mutations=True)(gm, example_inputs)
     # "eager" runs the planned modules op by op through fx.Interpreter (slowest, easiest to debug).
     inner = _torch.boxed_nop() if config.inner == "aot_eager" else _torch.boxed_interpreter
-    return aot_autograd(fw_compiler=inner, bw_compiler=inner, partition_fn=Partitioner(config, hooked),
+    return aot_autograd(fw_compiler=inner, bw_compiler=inner, partition_fn=Partitioner(config, hooked, step, followed),
                         keep_inference_input_mutations=True)(gm, example_inputs)
 
 
@@ -148,7 +172,22 @@ def remat_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ma
         config = config_from_environment()  # callers that can name the backend but pass no options
     else:
         config = options if isinstance(options, RematConfig) else RematConfig.from_options(options)
-    return compile_graph(gm, example_inputs, config)
+    return compile_graph(gm, example_inputs, config, step=_ledger_of(options))
+
+
+# torch.compile hands the backend the same options object on every compile of one torch.compile call: the graphs
+# compiled with one options object (or, without options, with REMAT_OPTIONS) are one step's. The options are held
+# so that their id stays theirs; the oldest ledgers are dropped past 64.
+_ledgers: dict[int | None, tuple[object, StepLedger]] = {}
+
+
+def _ledger_of(options: object) -> StepLedger:
+    key = None if options is None else id(options)
+    if key not in _ledgers:
+        _ledgers[key] = (options, StepLedger())
+        for old in list(_ledgers)[:-64]:
+            del _ledgers[old]
+    return _ledgers[key][1]
 
 
 def compile(model: Any, *, dynamic: bool | None = None, fullgraph: bool = False, **fields: Any):
@@ -159,8 +198,11 @@ def compile(model: Any, *, dynamic: bool | None = None, fullgraph: bool = False,
 
 
 class _Backend:
+    """The backend of one remat.compile call: the graphs it compiles are one step's (remat/step.py)."""
+
     def __init__(self, config: RematConfig):
         self.config = config
+        self.step = StepLedger()
 
     def __call__(self, gm, example_inputs):
-        return compile_graph(gm, example_inputs, self.config)
+        return compile_graph(gm, example_inputs, self.config, step=self.step)

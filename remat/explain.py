@@ -11,6 +11,7 @@ import torch.fx as fx
 from . import _torch, scoped
 from .config import RematConfig
 from .pipeline import Planned, plan_joint
+from .step import Slot, StepLedger, plan_in_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,6 +20,7 @@ class Captured:
     num_fwd_outputs: int
     hooked: frozenset[str] = frozenset()  # dynamo-graph nodes with tensor hooks (capture.hooked_nodes)
     static_lifetime_input_indices: tuple[int, ...] | None = None  # as aot_autograd passes them to partitioners
+    followed: bool = False  # dynamo cut the graph short: more graphs of the step follow it (remat/step.py)
 
 
 def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None = None,
@@ -32,19 +34,22 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
 
     joints: list[Captured] = []
     hooked: list[frozenset[str]] = []
+    followed: list[bool] = []
 
     def keep(joint, joint_inputs, *, num_fwd_outputs, static_lifetime_input_indices=None, **_kw):
         from torch._functorch.partitioners import default_partition
 
         static = tuple(static_lifetime_input_indices) if static_lifetime_input_indices is not None else None
         # a copy of the graph: the partition below may rewrite the one it is given
-        joints.append(Captured(fx.GraphModule(joint, copy.deepcopy(joint.graph)), num_fwd_outputs, hooked[-1], static))
+        joints.append(Captured(fx.GraphModule(joint, copy.deepcopy(joint.graph)), num_fwd_outputs, hooked[-1], static,
+                               followed[-1]))
         return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs)
 
     compile_graph = _inductor_capture(keep) if inner == "inductor" else _aot_capture(keep)
 
     def backend(gm, example_inputs):
         hooked.append(hooked_nodes(gm))
+        followed.append(_torch.ends_at_graph_break(gm))
         return compile_graph(gm, example_inputs)
 
     target = copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
@@ -60,10 +65,17 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
 
 
 def explain_all(model: Callable[..., Any], *inputs: Any, **fields: Any) -> list[Planned]:
+    """Plan every graph `model(*inputs)` compiles to, in order; a byte budget bounds the step they make up, as in
+    a compile (remat/step.py: each Plan's `step_share` tells the split)."""
     config = RematConfig.from_options(fields)
     captured = capture_joints(model, *inputs, inner=config.inner)
-    return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked, c.static_lifetime_input_indices)
-            for c in captured]
+    if config.budget_kind() != "bytes":
+        return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked, c.static_lifetime_input_indices)
+                for c in captured]
+    step = StepLedger()
+    return [plan_in_step(step, Slot(0, 0, i), c.joint, c.num_fwd_outputs, config, c.hooked,
+                         c.static_lifetime_input_indices, c.followed)
+            for i, c in enumerate(captured)]
 
 
 def explain(model: Callable[..., Any], *inputs: Any, **fields: Any):

@@ -58,8 +58,10 @@ def transfer_of(config: RematConfig) -> Transfer:
 
 
 def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
-               hooked: frozenset[str] = frozenset(), static_lifetime_input_indices=None) -> Planned:
-    """Plan one joint graph; `hooked` names the dynamo-graph nodes that carry tensor hooks (capture.hooked_nodes)."""
+               hooked: frozenset[str] = frozenset(), static_lifetime_input_indices=None,
+               frugal: bool = False) -> Planned:
+    """Plan one joint graph; `hooked` names the dynamo-graph nodes that carry tensor hooks (capture.hooked_nodes);
+    `frugal`: keep the fewest bytes for backward that the budget allows (solve.make_plan)."""
     spec, modules = baseline_of(joint, num_fwd_outputs, config, static_lifetime_input_indices)
     graph = capture(joint, num_fwd_outputs, traced_backward=spec.saved is None)
     table = costs(joint, graph)
@@ -72,7 +74,8 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
     problem = build_problem(graph, table, constraints, transfer_of(config), fuses=config.inner == "inductor",
                             baseline=spec)
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
-    plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, config.solver_time_limit)
+    plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, config.solver_time_limit,
+                     frugal=frugal)
     if config.memory_budget is not None and (count := region_count(joint)):
         plan = dataclasses.replace(plan, notes=plan.notes + (
             f"{count} checkpoint region(s) marked in the model were not imposed: memory_budget decides",))

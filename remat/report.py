@@ -194,6 +194,8 @@ def summary(plan: Plan) -> str:
     if not plan.feasible:
         least = plan.least_peak_bytes if plan.least_peak_bytes is not None else plan.peak_bytes
         text += f"; the budget cannot be met: the least reachable peak is {fmt_bytes(least)}"
+    if plan.step_share is not None and plan.step_share.shared:
+        text += f"; {plan.step_share.note()}"
     return text
 
 

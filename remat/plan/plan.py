@@ -11,6 +11,7 @@ from ..annotate import Action
 from .simulate import Timeline
 
 if TYPE_CHECKING:
+    from ..step import Share
     from .problem import Problem, Resolved
 
 
@@ -70,6 +71,9 @@ class Plan:
     peak_bytes_expr: sympy.Expr | None = None  # peak_bytes as a function of the dynamic sizes (sympy)
     saved_bytes_expr: sympy.Expr | None = None  # saved_bytes likewise
     notes: tuple[str, ...] = ()  # how the plan came about beyond its decisions ("checkpoint regions not imposed")
+    # How a byte budget for the whole step was split for this graph (remat.step.Share): the bytes earlier graphs of
+    # the step keep for backward and what was left for this one; None when the graph was planned alone.
+    step_share: Share | None = None
 
     profile: object = None  # remat.runtime.profile.Profile when compiled with profile=True
     # The graph facts the plan was made for and its saved/recomputed sets, so `remat.check_plan(plan)` can check it.

@@ -11,7 +11,7 @@ from ..annotate import Action
 from ..capture import Role
 from ..report import fmt_bytes, fmt_flops, short_op
 from . import greedy, mincut, optimal
-from .evaluate import Evaluator, Scored, pick
+from .evaluate import Evaluator, Scored, pick, pick_frugal
 from .plan import Baseline, Decision, Plan
 from .problem import Problem
 from .recipes import SAVED_OPS, recipes
@@ -102,8 +102,11 @@ def make_plan(
     strict: bool = False,
     time_limit: float = 10.0,
     evaluator: Evaluator | None = None,
+    frugal: bool = False,
 ) -> Plan:
-    """Plan one joint graph. `budget_kind` is "none", "bytes" or "fraction" (see RematConfig.memory_budget)."""
+    """Plan one joint graph. `budget_kind` is "none", "bytes" or "fraction" (see RematConfig.memory_budget).
+    `frugal`: of the plans meeting the budget, take the one that keeps the fewest bytes for backward rather than the
+    cheapest (a graph that later graphs of its step follow: what it keeps is live while they run, remat/step.py)."""
     evaluator = evaluator or Evaluator(problem)
     base = evaluator.baseline()
     baseline = Baseline(base.saved, base.peak, sum(problem.costs[n] for n in base.resolved.recomputed),
@@ -126,12 +129,14 @@ def make_plan(
         if incumbent.peak <= budget and (chosen.peak > budget or incumbent.cost < chosen.cost):
             chosen = incumbent
         least = min(least, chosen.peak)
+        if frugal:
+            chosen, bound = pick_frugal(heuristic_family(evaluator, solver) + [chosen], budget), None
         if bound is not None and chosen.cost > 0:
             gap = max(0.0, (chosen.cost - bound) / chosen.cost)
         elif bound is not None:
             gap = 0.0
     else:
-        chosen = pick(heuristic_family(evaluator, solver), budget)
+        chosen = (pick_frugal if frugal else pick)(heuristic_family(evaluator, solver), budget)
     if chosen.peak > budget:
         message = (
             f"memory_budget: {fmt_bytes(budget)} cannot be met for this graph; the least peak solver={solver!r} can "

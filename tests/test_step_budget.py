@@ -1,0 +1,181 @@
+"""One byte budget for the whole step (remat/step.py): when a compiled model becomes several graphs (DDP's buckets,
+graph breaks), a byte memory_budget bounds the step's measured peak, each graph is planned under what the earlier
+graphs of the step leave, the split is in each Plan, and recompiles take their graph's place."""
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import remat
+from remat.explain import explain_all
+from remat.step import Slot, StepLedger
+
+MiB = 2**20
+AOT = {"inner": "aot_eager"}
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans(monkeypatch):
+    """Each test sees only the plans of its own compiles."""
+    monkeypatch.setattr("remat.backend._plans", [])
+
+
+def test_ledger_counts_earlier_graphs_and_a_recompile_takes_its_place():
+    step = StepLedger()
+    first = step.slot((7, 0))
+    assert step.share(first, 10 * MiB, inputs=MiB) == remat.step.Share(10 * MiB, 0, 0, 0)  # the step's own inputs
+    step.record(first, 3 * MiB)
+    second = step.slot((7, 0))  # DDP's next bucket: the same compile of the same frame
+    assert second == Slot(7, 0, 1)
+    step.record(second, 2 * MiB)
+    after_break = step.slot((9, 0))  # a graph break resumes in another frame
+    share = step.share(after_break, 10 * MiB, inputs=MiB)
+    assert (share.held, share.earlier, share.inputs, share.graph_budget) == (5 * MiB, 2, MiB, 4 * MiB)
+    step.record(after_break, MiB)
+    # Frame 7 recompiled (new shapes): its graphs are replaced in its place, before frame 9's.
+    again = step.slot((7, 1))
+    assert again == Slot(7, 1, 0) and step.share(again, 10 * MiB, 0).held == 0
+    step.record(again, 4 * MiB)
+    assert step.share(Slot(9, 0, 0), 10 * MiB, 0).held == 4 * MiB  # frame 7's old second graph is gone
+    assert step.graphs() == 2
+
+
+def test_share_note_names_the_split():
+    share = remat.step.Share(6 * MiB, 1258291, 2, 0)
+    assert share.note() == ("memory_budget 6.0 MiB for the step: 1.2 MiB held by 2 earlier graph(s) of this step, "
+                            "4.8 MiB for this graph")
+
+
+class Blocks(nn.Module):
+    """Residual MLP blocks: x + fc2(gelu(fc1(x))); `break_after` blocks, then a graph break."""
+
+    def __init__(self, depth=8, width=128, break_after=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1 = nn.ModuleList(nn.Linear(width, 4 * width) for _ in range(depth))
+        self.fc2 = nn.ModuleList(nn.Linear(4 * width, width) for _ in range(depth))
+        self.break_after = break_after
+
+    def forward(self, x):
+        split = len(self.fc1) if self.break_after is None else self.break_after
+        x = self.blocks(x, 0, split)
+        if self.break_after is not None:
+            torch._dynamo.graph_break()  # outside the loops: dynamo resumes after it in a graph of its own
+        return self.blocks(x, split, len(self.fc1))
+
+    def blocks(self, x, start, stop):
+        for fc1, fc2 in zip(self.fc1[start:stop], self.fc2[start:stop]):
+            x = x + fc2(F.gelu(fc1(x)))
+        return x
+
+
+def train_step(model, x):
+    loss = model(x).square().mean()
+    loss.backward()
+    return loss
+
+
+def measured_peak(compiled, params, x) -> int:
+    for p in params:
+        p.grad = None
+    return remat.peak_memory(lambda: train_step(compiled, x), exclude=lambda: [p.grad for p in params])
+
+
+def run(module, backend, x):
+    """(loss, gradients, measured peak of a second step) of `module` compiled with `backend`."""
+    params = list(module.parameters())
+    compiled = torch.compile(module, **backend)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loss = train_step(compiled, x)
+    assert not [w for w in caught if "cannot be met" in str(w.message)]  # every graph's budget is met
+    grads = [p.grad.clone() for p in params]
+    return loss, grads, measured_peak(compiled, params, x)
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("needs gloo")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_buckets_share_one_byte_budget(one_rank_group):
+    budget = 12 * MiB  # above the unbucketed least peak (10 MiB), far below the baseline (38 MiB)
+    x = torch.randn(1024, 128)
+    remat_backend = {"backend": "remat", "options": {"memory_budget": budget, **AOT}}
+
+    def ddp():  # 1 MiB buckets: 2 blocks each (DDPOptimizer); gradients in the buckets, so no copy is measured
+        return DDP(Blocks(), bucket_cap_mb=1, gradient_as_bucket_view=True)
+
+    loss, grads, peak = run(ddp(), remat_backend, x)
+    plans = remat.recent_plans()
+    assert len(plans) == 4
+    ref_loss, ref_grads, _ = run(ddp(), {"backend": "aot_eager"}, x)
+    assert torch.equal(loss, ref_loss) and all(torch.equal(g, r) for g, r in zip(grads, ref_grads))
+    assert peak <= 1.05 * budget, (peak, [p.notes[-1] for p in plans])
+    held = 0
+    for k, plan in enumerate(plans):
+        share = plan.step_share
+        assert share.earlier == k and share.held == held and share.step_budget == budget
+        assert plan.budget_bytes == share.graph_budget and plan.feasible
+        held += plan.saved_bytes + (share.inputs if k else 0)  # each later graph keeps its input for backward
+    # The same model unbucketed: one graph. strict=True (the budget must be met) also makes these options differ
+    # from the bucketed run's, which dynamo would otherwise take for the same backend and reuse its graphs.
+    strict = {"backend": "remat", "options": {"memory_budget": budget, "strict": True, **AOT}}
+    with torch._dynamo.config.patch(optimize_ddp=False):
+        _, _, unbucketed = run(ddp(), strict, x)
+    assert len(remat.recent_plans()) == 5 and remat.last_plan().step_share.earlier == 0
+    assert unbucketed <= 1.05 * budget
+
+
+def test_graph_break_split_shown_and_met():
+    budget = 10 * MiB
+    x = torch.randn(1024, 128)
+    eager = Blocks(depth=4, break_after=2)
+    model = copy.deepcopy(eager)
+    train_step(eager, x)
+    loss, grads, peak = run(model, {"backend": "remat", "options": {"memory_budget": budget, **AOT}}, x)
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, eager.parameters()))
+    first, second = remat.recent_plans()
+    assert first.step_share.earlier == 0 and first.step_share.followed and first.budget_bytes == budget
+    share = second.step_share
+    assert (share.earlier, share.held, share.followed) == (1, first.saved_bytes, False)
+    assert share.inputs == 1024 * 128 * 4  # the first graph's output, live while the second runs
+    assert second.budget_bytes == budget - first.saved_bytes - share.inputs
+    assert share.note() in second.notes and share.note() in second.summary()
+    assert "held by 1 earlier graph(s) of this step" in share.note()
+    assert peak <= 1.05 * budget
+    explained = explain_all(Blocks(depth=4, break_after=2), x, memory_budget=budget, **AOT)
+    assert [p.plan.step_share for p in explained] == [first.step_share, second.step_share]
+    assert [p.plan.saved for p in explained] == [first.saved, second.saved]
+
+
+def test_recompiles_take_their_graphs_place():
+    budget = 10 * MiB
+    compiled = torch.compile(Blocks(depth=4, break_after=2), backend="remat", dynamic=False,
+                             options={"memory_budget": budget, **AOT})
+    for rows in (1024, 512, 256):  # each size recompiles both graphs
+        train_step(compiled, torch.randn(rows, 128))
+        first, second = remat.recent_plans()[-2:]
+        assert first.step_share.earlier == 0
+        assert second.step_share.earlier == 1 and second.step_share.held == first.saved_bytes
+    assert len(remat.recent_plans()) == 6
+
+
+def test_fractions_resolve_per_graph():
+    compiled = remat.compile(Blocks(depth=4, break_after=2), memory_budget=0.5, **AOT)
+    train_step(compiled, torch.randn(256, 128))
+    plans = remat.recent_plans()
+    assert len(plans) == 2 and all(p.step_share is None for p in plans)
+    assert all(p.budget_bytes == int(p.least_peak_bytes + 0.5 * (p.baseline.peak_bytes - p.least_peak_bytes))
+               for p in plans)
