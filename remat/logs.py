@@ -2,6 +2,7 @@
 the full plan as a `remat_plan` artifact in torch's structured trace (`TORCH_TRACE=<dir>`, read with tlparse)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import TYPE_CHECKING
@@ -32,6 +33,8 @@ def plan_payload(plan: Plan, compile_id: str = "") -> dict:
         "baseline": {"kind": plan.baseline.kind, "saved_bytes": int(plan.baseline.saved_bytes),
                      "peak_bytes": int(plan.baseline.peak_bytes)},
         "notes": list(plan.notes),
+        # a byte budget for the step split over its graphs (remat/step.py); None when planned alone
+        "step_share": dataclasses.asdict(plan.step_share) if plan.step_share is not None else None,
         "decisions": records(plan),
     }
 

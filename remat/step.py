@@ -167,7 +167,11 @@ def plan_in_step(step: StepLedger, slot: Slot, joint: fx.GraphModule, num_fwd_ou
     try:
         planned = plan_joint(joint, num_fwd_outputs, alone, hooked, static_inputs, frugal=followed)
     except BudgetError as exc:
-        raise BudgetError(f"{exc} ({share.note()})") from exc
+        if exc.least is None:
+            raise
+        least = exc.least + share.held + share.inputs
+        raise BudgetError(f"{exc} for this graph ({share.note()}): that is, memory_budget={least} bytes for the step",
+                          least) from exc
     plan = planned.plan
     step.record(slot, held_bytes(joint, planned.resolved, plan.saved_bytes, static_inputs, first=not share.earlier))
     notes = plan.notes + ((share.note(),) if share.shared else ())

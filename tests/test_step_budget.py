@@ -160,6 +160,12 @@ def test_graph_break_split_shown_and_met():
     assert [p.plan.saved for p in explained] == [first.saved, second.saved]
 
 
+def test_strict_names_the_split_when_too_little_is_left():
+    compiled = remat.compile(Blocks(depth=4, break_after=2), memory_budget=4 * MiB, strict=True, **AOT)
+    with pytest.raises(Exception, match=r"strict=True.*for the step: .*memory_budget=\d+ bytes for the step"):
+        train_step(compiled, torch.randn(1024, 128))
+
+
 def test_recompiles_take_their_graphs_place():
     budget = 10 * MiB
     compiled = torch.compile(Blocks(depth=4, break_after=2), backend="remat", dynamic=False,

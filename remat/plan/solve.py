@@ -24,7 +24,11 @@ HEAVY_OPS = SAVED_OPS | {"aten.convolution.default"}
 
 
 class BudgetError(ValueError):
-    """Raised with strict=True when the memory budget cannot be met."""
+    """Raised with strict=True when the memory budget cannot be met; `least`: the least peak reachable (bytes)."""
+
+    def __init__(self, message: str, least: int | None = None):
+        super().__init__(message)
+        self.least = least
 
 
 def heuristic_family(evaluator: Evaluator, solver: str) -> list[Scored]:
@@ -143,7 +147,7 @@ def make_plan(
             f"reach is {fmt_bytes(least)} ({least} bytes)"
         )
         if strict:
-            raise BudgetError(f"{message}; strict=True: raise the budget to at least {least} bytes")
+            raise BudgetError(f"{message}; strict=True: raise the budget to at least {least} bytes", least)
         warnings.warn(f"{message}; using the plan with that peak", stacklevel=2)
     return _plan(problem, evaluator, chosen, baseline, budget, least, solver, gap)
 
