@@ -10,8 +10,8 @@ rebuild a mix of ranks' data. Two things in a joint graph make a value rank-loca
 
 A collective over the partition group that gives every rank the same result (all_reduce, all_gather, broadcast:
 a row-parallel linear's output) makes its value replicated again. Plain inputs are taken as replicated: whether
-each rank feeds the same batch is not in the graph (data parallelism over the partition group is not), and the
-ranks compare a checksum of every partitioned value on its first call (runtime/identity.py) to catch it.
+each rank feeds the same batch is not in the graph, so data parallelism over the partition group is caught at run
+time, where the ranks compare a checksum of every partitioned value on its first call (runtime/identity.py).
 """
 from __future__ import annotations
 
