@@ -267,7 +267,9 @@ def spawn(out, names):
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     names = [n for n in SCENARIOS if n != "inductor"]
-    return spawn(tmp_path_factory.mktemp("tp"), names)
+    found = spawn(tmp_path_factory.mktemp("tp"), names)
+    print("seconds per scenario on rank 0:", found[0]["seconds"])  # shown with pytest -s
+    return found
 
 
 def results(ranks, name):
