@@ -2,11 +2,14 @@
 graph breaks), a byte memory_budget bounds the step's measured peak, each graph is planned under what the earlier
 graphs of the step leave, the split is in each Plan, and recompiles take their graph's place."""
 import copy
+import dataclasses
+import json
 import warnings
 
 import pytest
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -136,6 +139,37 @@ def test_ddp_buckets_share_one_byte_budget(one_rank_group):
         _, _, unbucketed = run(ddp(), strict, x)
     assert len(remat.recent_plans()) == 5 and remat.last_plan().step_share.earlier == 0
     assert unbucketed <= 1.05 * budget
+
+
+def ddp_worker(rank, world, out):
+    # a file store in the test's own folder: no port another process could take between choosing and binding it
+    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world)
+    try:
+        model = DDP(Blocks(), bucket_cap_mb=1, gradient_as_bucket_view=True)
+        # partition= makes every graph compare its plan across the ranks (remat/plan/agree.py) as it compiles
+        options = {"memory_budget": 12 * MiB, "partition": "world", **AOT}
+        train_step(torch.compile(model, backend="remat", options=options), torch.randn(1024, 128))
+        plans = remat.recent_plans()
+        result = {"fingerprints": [p.fingerprint() for p in plans],
+                  "shares": [list(dataclasses.astuple(p.step_share)) for p in plans],
+                  "grads": [p.grad.flatten()[:8].tolist() for p in model.parameters()]}
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts on it
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        dist.destroy_process_group()
+    with open(f"{out}/rank{rank}.json", "w") as f:
+        json.dump(result, f)
+
+
+def test_ranks_split_the_step_budget_alike(tmp_path):
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("needs gloo")
+    mp.spawn(ddp_worker, args=(2, str(tmp_path)), nprocs=2)
+    first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    assert "error" not in first and "error" not in second, (first.get("error"), second.get("error"))
+    assert len(first["fingerprints"]) == 4 and first["fingerprints"] == second["fingerprints"]
+    assert first["shares"] == second["shares"] and [s[2] for s in first["shares"]] == [0, 1, 2, 3]
+    assert first["grads"] == second["grads"]
 
 
 def test_graph_break_split_shown_and_met():
