@@ -30,6 +30,7 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 
 D, HEADS, SEQ, BATCH = 64, 4, 16, 4
 BUDGETS = (None, 0.5, 0.0, 60_000)  # a byte budget between the least reachable peak and the baseline's
+SHORT = (None, 0.0, 60_000)  # the FSDP2 setups: fractions take one path, checked at 0.5 and 0.0 with TP alone
 
 
 class Attention(nn.Module):
@@ -80,6 +81,23 @@ def tensor_parallel(model, mesh):
 
     plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
             "attn.out": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
+    for block in model.blocks:
+        parallelize_module(block, mesh, plan)
+    return model
+
+
+def sequence_parallel(model, mesh):
+    """Megatron's sequence parallelism: the residual stream and the layer norms hold this rank's part of the
+    sequence; each block gathers it before attention and the MLP and reduce-scatters their outputs back."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    plan = {"ln1": SequenceParallel(), "ln2": SequenceParallel(), "attn": gather, "mlp": gather,
+            "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
+            "attn.out": RowwiseParallel(output_layouts=Shard(1)),
+            "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel(output_layouts=Shard(1))}
     for block in model.blocks:
         parallelize_module(block, mesh, plan)
     return model
@@ -146,7 +164,7 @@ def scenario_tp(mesh, rank):
 
 def scenario_fsdp(mesh, rank):
     x = data(rank, per_rank=True)  # data parallelism: each rank its own batch
-    return compare(lambda: fsdp(Model()), x, BUDGETS)
+    return compare(lambda: fsdp(Model()), x, SHORT)
 
 
 def scenario_fsdp_tp(mesh, rank):
@@ -154,7 +172,7 @@ def scenario_fsdp_tp(mesh, rank):
 
     mesh2 = init_device_mesh("cpu", (1, 2), mesh_dim_names=("dp", "tp"))
     x = data(rank, per_rank=False)
-    return compare(lambda: fsdp(tensor_parallel(Model(blocks=1), mesh2["tp"]), mesh2["dp"]), x, BUDGETS)
+    return compare(lambda: fsdp(tensor_parallel(Model(blocks=1), mesh2["tp"]), mesh2["dp"]), x, SHORT)
 
 
 def scenario_partition(mesh, rank):
@@ -170,6 +188,17 @@ def scenario_partition(mesh, rank):
     result["kept_whole"] = [d.reason for d in plan.decisions if "not partitioned" in d.reason]
     shard = plan.profile.steps[-1]
     result["shard"] = [shard.calls["shard"], shard.bytes["shard"]]
+    return result
+
+
+def scenario_sequence_parallel(mesh, rank):
+    """Sequence parallelism, with partition= over the group: bitwise at no budget and at 0.0; only the gathered
+    (replicated) activations are partitioned, never the sequence shards."""
+    x = data(rank, per_rank=False).chunk(2, dim=1)[rank].contiguous()  # this rank's half of the sequence
+    result = compare(lambda: sequence_parallel(Model(blocks=1), mesh), x, [None, 0.0], partition=mesh.get_group())
+    plan = remat.last_plan()
+    result["partitioned"] = sorted(plan.partitioned)
+    result["kept_whole"] = [d.reason for d in plan.decisions if "not partitioned" in d.reason]
     return result
 
 
@@ -279,10 +308,10 @@ def results(ranks, name):
     return found
 
 
-def assert_budgets_planned(result, graphs):
+def assert_budgets_planned(result, graphs, budgets=BUDGETS):
     """Every budget compiled to `graphs` graphs, and budget 0.0 recomputes more than no budget (whose recomputed
     values are the views the default partition re-creates in backward)."""
-    assert set(result) == {str(b) for b in BUDGETS}
+    assert set(result) == {str(b) for b in budgets}
     assert all(outcome["graphs"] == graphs for outcome in result.values()), result
     assert result["None"]["recomputed"] < result["0.0"]["recomputed"], result
 
@@ -296,14 +325,14 @@ def test_tensor_parallel_matches_plain_backend_bitwise_at_every_budget(ranks):
 
 def test_fsdp2_per_block_matches_plain_backend_bitwise(ranks):
     for result in results(ranks, "fsdp"):
-        assert_budgets_planned(result, graphs=2)  # one per block: FSDP2's hooks run between them
+        assert_budgets_planned(result, graphs=2, budgets=SHORT)  # one per block: FSDP2's hooks run between them
         for budget, outcome in result.items():
             assert outcome["equal"] and outcome["grads"] == 32, budget
 
 
 def test_fsdp2_with_tensor_parallel_on_a_1x2_mesh_matches_plain_backend_bitwise(ranks):
     for result in results(ranks, "fsdp_tp"):
-        assert_budgets_planned(result, graphs=1)
+        assert_budgets_planned(result, graphs=1, budgets=SHORT)
         for budget, outcome in result.items():
             assert outcome["equal"] and outcome["grads"] == 16, budget
 
@@ -320,6 +349,15 @@ def test_partition_over_tensor_parallel_group_keeps_half_of_replicated_activatio
         assert result["shard"] == [len(partitioned), sum(kept for _, _, kept in partitioned)]
         # column-parallel outputs are this rank's shard: saved whole, with the reason
         assert result["kept_whole"] and all("DTensor input" in why for why in result["kept_whole"])
+
+
+def test_sequence_parallel_with_partition_over_the_group_matches_plain_backend_bitwise(ranks):
+    found = results(ranks, "sequence_parallel")
+    assert found[0]["partitioned"] == found[1]["partitioned"]
+    for result in found:
+        assert result["None"]["equal"] and result["0.0"]["equal"]
+        assert result["partitioned"], result  # the all-gathered block inputs
+        assert any("reduce_scatter_tensor over the partition group" in why for why in result["kept_whole"])
 
 
 def test_peak_memory_leaves_out_dtensor_gradients(ranks):
