@@ -61,7 +61,7 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
                hooked: frozenset[str] = frozenset(), static_lifetime_input_indices=None,
                frugal: bool = False) -> Planned:
     """Plan one joint graph; `hooked` names the dynamo-graph nodes that carry tensor hooks (capture.hooked_nodes);
-    `frugal`: keep the fewest bytes for backward that the budget allows (solve.make_plan)."""
+    `frugal`: a graph that later graphs of its step follow leaves room for them (solve.make_plan)."""
     spec, modules = baseline_of(joint, num_fwd_outputs, config, static_lifetime_input_indices)
     graph = capture(joint, num_fwd_outputs, traced_backward=spec.saved is None)
     table = costs(joint, graph)

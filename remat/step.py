@@ -8,10 +8,10 @@ a byte `memory_budget` bounds the step: graph k is planned under the budget less
 before them) and less its own such inputs, which are live while it runs.
 
 Earlier graphs are planned first, before the later ones exist, and a later graph cannot make them keep less. So a
-graph that dynamo cut short (a graph break; every DDP bucket, as DDPOptimizer marks them all) takes, of the plans
-meeting its budget, the one that keeps the fewest bytes for backward, recomputing more, and leaves the rest of the
-budget to the graphs that follow; the step's last graph (it ends at the model's return) takes the cheapest plan, as
-a model that is one graph does.
+graph that dynamo cut short (a graph break; every DDP bucket, as DDPOptimizer marks them all) does not spend the
+budget on saving: of the plans meeting its budget it takes the one under which the step would peak lowest were
+another graph like it to follow (plan/evaluate.pick_frugal), leaving the rest to the graphs after it; the step's
+last graph (it ends at the model's return) takes the cheapest plan, as a model that is one graph does.
 
 The graphs of one step are those one backend compiles (one `torch.compile(..., backend="remat", options=...)` or
 `remat.compile` call), in the order dynamo compiles them, which is the order their forwards first run. A recompile
@@ -45,7 +45,7 @@ class Share:
     held: int  # bytes the earlier graphs of the step keep for backward while this graph runs
     earlier: int  # how many graphs of the step come before this one
     inputs: int = 0  # bytes of this graph's activation inputs (outputs of earlier graphs), live while it runs
-    followed: bool = False  # more graphs of the step run after this one: it keeps as little as its budget allows
+    followed: bool = False  # more graphs of the step run after this one: it leaves room for them (pick_frugal)
 
     @property
     def shared(self) -> bool:
@@ -59,8 +59,8 @@ class Share:
 
     def note(self) -> str:
         step = f"memory_budget {fmt_bytes(self.step_budget)} for the step"
-        frugal = ("; later graphs of the step follow, so it keeps the fewest bytes for backward this budget allows"
-                  if self.followed else "")
+        frugal = "; later graphs of the step follow, so it keeps what leaves room for a graph like it" \
+            if self.followed else ""
         if not self.earlier:
             return f"{step}: the first graph of the step, planned under all of it{frugal}"
         inputs = f", {fmt_bytes(self.inputs)} by this graph's activation inputs" if self.inputs else ""
@@ -160,8 +160,7 @@ def plan_in_step(step: StepLedger, slot: Slot, joint: fx.GraphModule, num_fwd_ou
                  followed: bool = False) -> Planned:
     """Plan the joint graph at `slot` of the step under config's byte budget less what the step's earlier graphs
     keep for backward, and note what this graph keeps. `followed`: later graphs of the step run after this one, so
-    of the plans meeting its budget it takes the one keeping the fewest bytes. The Plan's `step_share` and notes
-    tell the split."""
+    it leaves room for them (plan/evaluate.pick_frugal). The Plan's `step_share` and notes tell the split."""
     share = step.share(slot, config.budget_bytes(), activation_inputs(joint, static_inputs), followed)
     alone = dataclasses.replace(config, memory_budget=share.graph_budget)
     try:

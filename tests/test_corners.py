@@ -93,15 +93,16 @@ def test_graph_break_plans_both_graphs_under_one_byte_budget_for_the_step():
     model = copy.deepcopy(eager)
     x = torch.randn(64, 128)
     eager(x).backward()
-    budget = 300 * 1024  # below the second graph's baseline peak with what the first keeps
+    budget = 330 * 1024  # below the second graph's baseline peak with what the first keeps
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         remat.compile(model, memory_budget=budget, **AOT)(x).backward()
     assert not [w for w in caught if "cannot be met" in str(w.message)]
     assert same(grads(model), grads(eager))
     first, second = remat.recent_plans()
-    # The first graph, which a later one follows, keeps less than its baseline though that would fit; the second
-    # gets what the first leaves: less its saved values and its output, live while the second runs.
+    # The first graph, which a later one follows, keeps less than its baseline though that would fit (as little as
+    # leaves room for a graph like it); the second gets what the first leaves: less its saved values and its
+    # output, live while the second runs.
     assert first.budget_bytes == budget and first.baseline.peak_bytes <= budget
     assert first.saved_bytes < first.baseline.saved_bytes
     assert second.budget_bytes == budget - first.saved_bytes - x.nbytes < second.baseline.peak_bytes

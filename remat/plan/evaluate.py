@@ -83,11 +83,13 @@ def pick(family: list[Scored], budget: int | None) -> Scored:
     return family[min(order, key=lambda i: (family[i].peak, family[i].cost, i))]
 
 
-def pick_frugal(family: list[Scored], budget: int) -> Scored:
-    """The member meeting `budget` that keeps the fewest bytes for backward (then the cheapest), else the member
-    with the least peak (then the fewest bytes kept)."""
+def pick_frugal(family: list[Scored], budget: int, least: int) -> Scored:
+    """For a graph that later graphs of its step follow: the member meeting `budget` under which the step would peak
+    lowest were another graph like it (peaking at `least`) to run while it keeps its saved bytes — max(peak, saved +
+    least) — then the cheapest; else the member with the least peak (then the fewest bytes kept)."""
     order = range(len(family))
     feasible = [i for i in order if family[i].peak <= budget]
     if feasible:
-        return family[min(feasible, key=lambda i: (family[i].saved, family[i].cost, family[i].peak, i))]
+        return family[min(feasible, key=lambda i: (max(family[i].peak, family[i].saved + least), family[i].cost,
+                                                   family[i].saved, i))]
     return family[min(order, key=lambda i: (family[i].peak, family[i].saved, family[i].cost, i))]

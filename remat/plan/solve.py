@@ -109,8 +109,9 @@ def make_plan(
     frugal: bool = False,
 ) -> Plan:
     """Plan one joint graph. `budget_kind` is "none", "bytes" or "fraction" (see RematConfig.memory_budget).
-    `frugal`: of the plans meeting the budget, take the one that keeps the fewest bytes for backward rather than the
-    cheapest (a graph that later graphs of its step follow: what it keeps is live while they run, remat/step.py)."""
+    `frugal`: for a graph that later graphs of its step follow (what it keeps is live while they run, remat/step.py):
+    of the plans meeting the budget, the one under which the step would peak lowest were another graph like it to
+    follow (evaluate.pick_frugal), rather than the cheapest."""
     evaluator = evaluator or Evaluator(problem)
     base = evaluator.baseline()
     baseline = Baseline(base.saved, base.peak, sum(problem.costs[n] for n in base.resolved.recomputed),
@@ -134,13 +135,14 @@ def make_plan(
             chosen = incumbent
         least = min(least, chosen.peak)
         if frugal:
-            chosen, bound = pick_frugal(heuristic_family(evaluator, solver) + [chosen], budget), None
+            chosen, bound = pick_frugal(heuristic_family(evaluator, solver) + [chosen], budget, least), None
         if bound is not None and chosen.cost > 0:
             gap = max(0.0, (chosen.cost - bound) / chosen.cost)
         elif bound is not None:
             gap = 0.0
     else:
-        chosen = (pick_frugal if frugal else pick)(heuristic_family(evaluator, solver), budget)
+        family = heuristic_family(evaluator, solver)
+        chosen = pick_frugal(family, budget, least) if frugal else pick(family, budget)
     if chosen.peak > budget:
         message = (
             f"memory_budget: {fmt_bytes(budget)} cannot be met for this graph; the least peak solver={solver!r} can "
