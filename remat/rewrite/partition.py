@@ -50,10 +50,13 @@ def partition(
 
 
 def _opaque(problem: Problem, nodes: dict[str, fx.Node]) -> list[fx.Node]:
-    """The opaque objects forward may hand to backward (a DTensor's device mesh, a process group), as torch's own
-    partitioners offer them: every one that is not a tangent; those backward does not read are dropped."""
-    return [nodes[v.name] for v in problem.graph.values
-            if v.is_opaque and v.role in (Role.PRIMAL, Role.FORWARD) and v.name in nodes]
+    """The opaque objects forward hands to backward (a DTensor's device mesh, a process group): those a backward
+    node reads or backward returns (a DTensor gradient's mesh)."""
+    graph = problem.graph
+    returned = set(graph.bw_outputs)
+    return [nodes[v.name] for v in graph.values
+            if v.is_opaque and v.role in (Role.PRIMAL, Role.FORWARD) and v.name in nodes
+            and (v.name in returned or any(graph[u].role is Role.BACKWARD for u in v.users))]
 
 
 def _dead_code(gm: fx.GraphModule) -> None:
