@@ -411,6 +411,44 @@ def test_split_joint_names_the_torch_version_when_opaque_objects_cannot_be_hande
         _torch.split_joint(None, [], [], [mesh], num_fwd_outputs=1)
 
 
+def test_a_forward_opaque_object_is_handed_to_backward_never_planned():
+    """An op of the forward that returns an opaque object (a registered opaque type, as a process group is): no
+    bytes, kept for backward as it is, never a solver's choice nor moved off the device."""
+    opaque = pytest.importorskip("torch._opaque_base", reason="this torch has no registered opaque types")
+    from torch._library.opaque_object import register_opaque_type
+
+    from remat.annotate import annotate
+    from remat.capture import capture
+    from remat.plan.problem import build_problem
+    from remat.plan.transfer import Transfer, eligible
+
+    class Handle(opaque.OpaqueBase):
+        pass
+
+    register_opaque_type(Handle, typ="reference")
+
+    def make_handle(x):
+        return Handle()
+
+    g = torch.fx.Graph()
+    x, tangent = g.placeholder("primals_1"), g.placeholder("tangents_1")
+    handle = g.call_function(make_handle, (x,))
+    y = g.call_function(torch.ops.aten.sin.default, (x,))
+    grad = g.call_function(torch.ops.aten.mul.Tensor, (tangent, y))
+    for node in (x, tangent, y, grad):
+        node.meta["val"] = torch.randn(256)
+    handle.meta["val"] = Handle()
+    g.output([y, grad, handle])
+    joint = torch.fx.GraphModule(torch.nn.Module(), g)
+    graph = capture(joint, 1)
+    assert graph["make_handle"].is_opaque and graph["make_handle"].nbytes == 0
+    costs = {v.name: 0 for v in graph.values}
+    constraints = annotate(joint, graph, costs)
+    assert constraints.must_save["make_handle"].startswith("opaque object")
+    problem = build_problem(graph, costs, constraints, Transfer(offload=True, world=2))
+    assert "make_handle" not in problem.choosable and not eligible(graph, "make_handle")
+
+
 def test_torch_without_opaque_support_fails_with_a_clear_error(ranks):
     for result in results(ranks, "old_torch"):
         error = result.get("error", "")
