@@ -40,7 +40,8 @@ def last_plan() -> Plan:
 
 
 def recent_plans() -> tuple[Plan, ...]:
-    """The Plans of the graphs compiled most recently, oldest first (at most 64 are kept)."""
+    """The Plans of the graphs compiled most recently, oldest first (at most 64 are kept). Under a byte budget, each
+    Plan's `step_share` tells how the step's budget was split for its graph (remat/step.py)."""
     return tuple(_plans)
 
 

@@ -54,6 +54,21 @@ def test_share_note_names_the_split():
                             "4.8 MiB for this graph")
 
 
+def test_a_followed_graph_leaves_room_for_one_like_it():
+    from remat.plan.evaluate import Scored, pick, pick_frugal
+
+    def plan(cost, peak, saved):
+        return Scored(frozenset(), None, cost, peak * MiB, saved * MiB)
+
+    keep_all, keep_some, keep_none = plan(0, 11, 8.5), plan(350, 7, 0.5), plan(700, 11, 0)
+    family = [keep_all, keep_some, keep_none]
+    assert pick(family, 12 * MiB) is keep_all  # alone: the cheapest plan meeting the budget
+    # followed by graphs like it (least peak 7 MiB): max(peak, saved + 7 MiB) is 15.5, 7.5 and 11 MiB
+    assert pick_frugal(family, 12 * MiB, 7 * MiB) is keep_some
+    assert pick_frugal(family, 16 * MiB, 7 * MiB) is keep_some  # a looser budget picks the same
+    assert pick_frugal(family, 6 * MiB, 7 * MiB) is keep_some  # none fits: the least peak
+
+
 class Blocks(nn.Module):
     """Residual MLP blocks: x + fc2(gelu(fc1(x))); `break_after` blocks, then a graph break."""
 
