@@ -34,6 +34,8 @@ class Arrays:
     is_view: tuple[bool, ...] = ()
     reuse_keys: tuple[tuple[str, int], ...] = ()  # (dtype, bytes): which freed buffer inductor may reuse for it
     formula: tuple[bool, ...] = ()  # traced in the backward pass (a gradient formula's sin(x)): capture's marker
+    heavy: tuple[bool, ...] = ()  # an op inductor writes out when several kernels read it (fusion.HEAVY_CPU)
+    acc_reads: tuple[int, ...] = ()  # buffers a loop may read before inductor writes it out (fusion.ACC_READS_LIMIT)
 
 
 def arrays(graph: Graph) -> Arrays:
@@ -63,6 +65,8 @@ def arrays(graph: Graph) -> Arrays:
         is_view=tuple(v.is_view for v in graph.values),
         reuse_keys=tuple((v.dtype, v.nbytes) for v in graph.values),
         formula=tuple("backward_formula" in v.tags for v in graph.values),
+        heavy=tuple(v.device == "cpu" and v.op in fusion.HEAVY_CPU for v in graph.values),
+        acc_reads=tuple(fusion.ACC_READS_LIMIT.get(v.device, fusion.ACC_READS_DEFAULT) for v in graph.values),
     )
 
 

@@ -1,6 +1,6 @@
 """The simulation's model of inductor, the default inner compiler: which buffers it writes out, and for how long.
 
-inductor does not run the forward and backward modules node by node. The simulation follows four of its habits when
+inductor does not run the forward and backward modules node by node. The simulation follows five of its habits when
 `inner="inductor"`:
 
 - ``add(mm(a, b), c)`` becomes one ``addmm(c, a, b)`` that runs where the add runs, so ``a`` and ``b`` stay live
@@ -9,12 +9,15 @@ inductor does not run the forward and backward modules node by node. The simulat
   size, so it stays live until then;
 - a recomputed loop computed from saved values alone is fused with the first backward kernel that reads one of them
   (nothing orders it after the backward work before it), so its buffer is allocated there;
-- a backward value computed by a pointwise op and read only by pointwise or reduction loops is computed inside those
-  loops and never written out; what it reads stays live until they run.
+- a forward value, or a backward gradient, computed by a pointwise op and read only by pointwise or reduction loops
+  is computed inside those loops and never written out; what it reads stays live until they run. It is written out
+  after all when several kernels read it and it reads more than four buffers or (on CPU) computes exp, log, sigmoid
+  or tanh, and whenever it reads more than twelve buffers on CPU (eight elsewhere);
+- a forward value the joint graph traces in its backward part (a gradient formula's factor the partition saves) is
+  computed with the loops that produce its inputs, not after the whole forward (schedule.forward_ids).
 
-Fusion keeps many more values from being written out — forward activations, recomputed chains — but inductor is also
-free to move such loops earlier than the schedule puts them; the simulation writes those out, a bound that on the
-benchmark models keeps inductor's measured peak at or below the simulated one. Pure functions of the graph facts and
+Fusion keeps recomputed chains from being written out too, but inductor is also free to move such loops earlier than
+the schedule puts them; the simulation writes those out, a bound. Pure functions of the graph facts and
 the plan; forward and backward (with its recomputation) are separate modules, as each is its own inductor graph.
 """
 from __future__ import annotations
@@ -24,6 +27,12 @@ from collections.abc import Sequence
 from ..capture import Graph
 
 READS_LIMIT = 4  # torch._inductor.config.realize_reads_threshold
+# torch._inductor.config.realize_cpu_acc_reads_threshold / _realize_acc_reads_threshold_default
+ACC_READS_LIMIT = {"cpu": 12}
+ACC_READS_DEFAULT = 8
+# On CPU inductor writes out a loop read by several kernels when it computes one of these (ir.should_realize_on_reuse).
+HEAVY_CPU = frozenset({"aten.exp.default", "aten.log.default", "aten.log10.default", "aten.log1p.default",
+                       "aten.log2.default", "aten.sigmoid.default", "aten.tanh.default"})
 
 OPAQUE, POINTWISE, REDUCTION = 0, 1, 2
 # Ops inductor generates inside the kernels that read them though no tag marks them pointwise: value creators, and
@@ -98,6 +107,7 @@ def inlined(a, order: Sequence[int], member: bytearray, kept: bytearray, eligibl
             reads[owner] = frozenset().union(*(buffers(j) for j in a.inputs[owner]))
         return reads[owner]
 
+    heavy = bytearray(a.heavy) if a.heavy else bytearray(len(a.names))  # computes a heavy op, itself or inlined
     for i in order:
         if not eligible[i] or kinds[i] != POINTWISE or not allocates[i] or kept[i] or absorbing[i]:
             continue
@@ -105,7 +115,11 @@ def inlined(a, order: Sequence[int], member: bytearray, kept: bytearray, eligibl
         if not consumers or any(kinds[c] == OPAQUE or absorbing[c] for c in consumers):
             continue
         out[i] = 1
-        if len(consumers) > 1 and len(buffers(i)) > READS_LIMIT:
+        if any(out[a.storage[j]] and heavy[a.storage[j]] for j in a.inputs[i]):
+            heavy[i] = 1
+        read = len(buffers(i))
+        shared = len(consumers) > 1 and (read > READS_LIMIT or heavy[i])
+        if shared or read > a.acc_reads[i]:
             out[i] = 0
             reads.pop(i, None)
     return out

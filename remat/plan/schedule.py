@@ -1,12 +1,18 @@
 """Execution order of a plan. The simulator and the rewrite both use it, so what is simulated is what runs."""
 from __future__ import annotations
 
-from .arrays import FORWARD
+from .arrays import BACKWARD, FORWARD
 from .problem import Problem, Resolved
 
 
 def forward_ids(problem: Problem, resolved: Resolved) -> list[int]:
-    """Forward values the forward module computes — what the outputs need plus what is saved — in schedule order."""
+    """Forward values the forward module computes — what the outputs need plus what is saved — in schedule order.
+
+    Under inductor, a value the joint graph traces in its backward part but computes from forward values alone (a
+    gradient formula's factor its min-cut partition saves instead of its inputs, such as GELU's derivative) runs as
+    soon as its inputs exist, not after the whole forward: inductor fuses it with their other readers, and the
+    forward module is handed to inductor in this order (rewrite.partition.run_early). Elsewhere the joint graph's
+    order stands: op by op, computing such a value early only trades its bytes for its inputs'."""
     a = problem.arrays
     required = bytearray(len(a.names))
     for n in problem.fw_required:
@@ -18,7 +24,34 @@ def forward_ids(problem: Problem, resolved: Resolved) -> list[int]:
             continue
         required[i] = 1
         stack.extend(j for j in a.inputs[i] if a.role[j] == FORWARD and not required[j])
-    return [i for i in range(len(a.names)) if required[i] and a.role[i] == FORWARD]
+    order = [i for i in range(len(a.names)) if required[i] and a.role[i] == FORWARD]
+    return _early(a, order) if problem.fuses else order
+
+
+def _early(a, order: list[int]) -> list[int]:
+    """`order` with each forward value that sits after the first backward node moved to just after the last of its
+    forward inputs (values without forward inputs stay where they are)."""
+    boundary = next((i for i, r in enumerate(a.role) if r == BACKWARD), len(a.names))
+    if not order or order[-1] < boundary:
+        return order
+    key: dict[int, tuple[int, ...]] = {}  # place in the new order: an anchor's key, then the move's sequence number
+    after: dict[int, list[int]] = {}  # anchor → the values moved right after it, in joint order
+    for i in order:
+        inputs = [j for j in a.inputs[i] if j in key]
+        if i < boundary or not inputs:
+            key[i] = (i,)
+            continue
+        anchor = max(inputs, key=key.__getitem__)
+        key[i] = key[anchor] + (len(key),)
+        after.setdefault(anchor, []).append(i)
+    moved = {i for group in after.values() for i in group}
+    out: list[int] = []
+    stack = [i for i in reversed(order) if i not in moved]
+    while stack:
+        i = stack.pop()
+        out.append(i)
+        stack.extend(reversed(after.get(i, ())))
+    return out
 
 
 def backward_ids(problem: Problem, resolved: Resolved) -> list[int]:

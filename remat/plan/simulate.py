@@ -176,8 +176,10 @@ def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo
 
 def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int], excluded: set[int]):
     """Per position, whether inductor computes the value inside a later kernel rather than writing it out, in the
-    forward module (an mm inside an addmm) and in the backward module (that, and gradients read only by pointwise
-    loops) — fusion.py. The forward writes out what it saves and returns; the backward its gradients."""
+    forward module (an mm inside an addmm, and values read only by pointwise loops) and in the backward module (an
+    addmm's mm, and gradients read only by pointwise loops) — fusion.py. The forward writes out what it saves and
+    returns; the backward its gradients. Recomputed loops keep their buffers: inductor may write them out and move
+    them ahead with the kernels that read the same saved values (_hoist), which the simulation takes as the bound."""
     a = problem.arrays
     n = len(a.names)
     fw = [i for i in range(n) if in_fw[i]]
@@ -191,7 +193,9 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
     for i in excluded:
         bw_kept[i] = 1
     bw_folded = fusion.folded(a, bw, in_bw, bw_kept)
-    return fusion.folded(a, fw, in_fw, fw_kept), fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded)
+    fw_folded = fusion.folded(a, fw, in_fw, fw_kept)
+    return (fusion.inlined(a, fw, in_fw, fw_kept, in_fw, fw_folded),
+            fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded))
 
 
 def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans):

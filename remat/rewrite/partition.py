@@ -13,7 +13,7 @@ import torch.fx as fx
 from .. import _torch
 from ..capture import Role
 from ..plan.problem import Problem, Resolved
-from ..plan.schedule import backward_order
+from ..plan.schedule import backward_order, forward_order
 from .profile import mark_recomputation, mark_step
 from .rng import replay_random_ops
 from .transfer import Runtime, move_saved
@@ -41,6 +41,8 @@ def partition(
                                 num_fwd_outputs=num_fwd_outputs, static_lifetime_inputs=static)
     _dead_code(fw)
     _dead_code(bw)
+    if problem.fuses:
+        run_early(fw, forward_order(problem, resolved))
     move_saved(fw, bw, num_fwd_outputs, problem, resolved, runtime)
     bw = reorder(bw, backward_order(problem, resolved))
     if runtime.profile_id >= 0:
@@ -73,6 +75,27 @@ def _is_impure(node: fx.Node) -> bool:
     if namespace in ("_c10d_functional", "c10d_functional"):
         return False
     return node.is_impure()
+
+
+def run_early(gm: fx.GraphModule, order: Sequence[str]) -> None:
+    """Move the forward module's nodes that `order` (schedule.forward_ids) places earlier than the joint graph did
+    to their place in `order`: each right after the node before it there."""
+    nodes = list(gm.graph.nodes)
+    position = {n: i for i, n in enumerate(nodes)}
+    by_name = {n.name: n for n in nodes}
+    present = [by_name[name] for name in order if name in by_name]
+    moved = False
+    for previous, node in zip(present, present[1:]):
+        if position[node] < position[previous] or node.prev is previous:
+            continue
+        if any(position[i] > position[previous] for i in node.all_input_nodes):
+            continue  # reads a node the order does not place (kept where it is, and so is this one)
+        previous.append(node)
+        moved = True
+        position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    if moved:
+        gm.graph.lint()
+        gm.recompile()
 
 
 def reorder(gm: fx.GraphModule, order: Sequence[str]) -> fx.GraphModule:
