@@ -80,7 +80,7 @@ def main() -> None:
         raise SystemExit(f"--mesh {args.mesh}: {dp * tp} ranks, but torchrun started {dist.get_world_size()}")
     mesh = init_device_mesh("cuda" if cuda else "cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
     config = GPTConfig(n_layer=2, d_model=64, n_head=4, seq_len=32, vocab=256) if args.small else GPTConfig()
-    budget = args.budget or ("512KiB" if args.small else "48MiB")
+    budget = args.budget or ("1536KiB" if args.small else "48MiB")
     device = torch.device("cuda" if cuda else "cpu")
     model = build(mesh, config, device)
     options = {"memory_budget": budget, "inner": "inductor" if cuda else "aot_eager"}

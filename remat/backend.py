@@ -25,7 +25,7 @@ from .rewrite.transfer import Runtime
 from .runtime.profile import Profile
 from .plan.plan import Plan
 from .rewrite.partition import partition
-from .step import Slot, StepLedger, plan_in_step
+from .step import Slot, StepLedger, input_shapes, plan_in_step
 
 _plans: list[Plan] = []
 _graphs: list[tuple[fx.GraphModule, fx.GraphModule]] = []
@@ -107,7 +107,7 @@ class Partitioner:
         if frame is None:
             return plan_joint(joint, num_fwd_outputs, config, self.hooked, static)
         if self.slot is None:  # a graph partitioned again keeps its place
-            self.slot = step.slot(frame)
+            self.slot = step.slot(frame, input_shapes(joint))
         return plan_in_step(step, self.slot, joint, num_fwd_outputs, config, self.hooked, static, self.followed)
 
 

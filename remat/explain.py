@@ -11,7 +11,7 @@ import torch.fx as fx
 from . import _torch, scoped
 from .config import RematConfig
 from .pipeline import Planned, plan_joint
-from .step import Slot, StepLedger, plan_in_step
+from .step import StepLedger, plan_in_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,9 +73,10 @@ def explain_all(model: Callable[..., Any], *inputs: Any, **fields: Any) -> list[
         return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked, c.static_lifetime_input_indices)
                 for c in captured]
     step = StepLedger()
-    return [plan_in_step(step, Slot(0, 0, i), c.joint, c.num_fwd_outputs, config, c.hooked,
+    # the captured graphs in step order, as one compile's graphs (each slot taken once the one before is recorded)
+    return [plan_in_step(step, step.slot((0, 0)), c.joint, c.num_fwd_outputs, config, c.hooked,
                          c.static_lifetime_input_indices, c.followed)
-            for i, c in enumerate(captured)]
+            for c in captured]
 
 
 def explain(model: Callable[..., Any], *inputs: Any, **fields: Any):

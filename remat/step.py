@@ -15,7 +15,10 @@ last graph (it ends at the model's return) takes the cheapest plan, as a model t
 
 The graphs of one step are those one backend compiles (one `torch.compile(..., backend="remat", options=...)` or
 `remat.compile` call), in the order dynamo compiles them, which is the order their forwards first run. A recompile
-of a graph (new shapes) takes that graph's place, so recompiles never pile up. Fraction budgets resolve per graph.
+of a graph (new shapes) takes that graph's place, so recompiles never pile up; a new compile of the same code with
+inputs of the same shapes is another module running that code in the step (FSDP2 compiles each block on its own) and
+counts on its own. A graph that runs several times in one step (a compiled block called in a loop) is counted once.
+Fraction budgets resolve per graph.
 """
 from __future__ import annotations
 
@@ -71,20 +74,25 @@ class Share:
 @dataclasses.dataclass(frozen=True)
 class Slot:
     """A graph's place in its step: its frame's compile and its position among that compile's graphs (DDP's
-    buckets are one frame's graphs; a graph break resumes in another frame)."""
+    buckets are one frame's graphs; a graph break resumes in another frame). `instance`: which run of the frame in
+    the step — modules that run the same code with their own parameters (FSDP2's blocks) are compiled once each."""
 
     frame: int
     compile: int
     position: int
+    instance: int = 0
 
 
 class StepLedger:
     """What each graph of one step keeps for backward, in step order: frames in the order they were first compiled,
-    within a frame its graphs in compile order. A new compile of a frame replaces that frame's graphs in place."""
+    within a frame its instances, within an instance its graphs in compile order. A new compile of a frame whose
+    inputs have the shapes of one the step has is another instance (another module running the same code); with
+    new shapes it is a recompile, which replaces the frame's graphs in place."""
 
     def __init__(self) -> None:
-        self._held: dict[int, list[int]] = {}  # frame id -> held bytes of each graph of its latest compile
-        self._compile: dict[int, int] = {}  # frame id -> its latest compile count
+        self._held: dict[tuple[int, int], list[int]] = {}  # (frame, instance) -> held bytes of each of its graphs
+        self._compile: dict[tuple[int, int], int] = {}  # (frame, instance) -> its compile count
+        self._shapes: dict[tuple[int, int], str] = {}  # (frame, instance) -> its first graph's input shapes
         self._lock = threading.Lock()
         self._token = uuid.uuid4().hex  # this ledger's, for compile-cache keys
 
@@ -94,21 +102,33 @@ class StepLedger:
         with self._lock:
             return f"{self._token}:{sorted(self._compile.items())}:{sorted(self._held.items())}"
 
-    def slot(self, frame: Frame) -> Slot:
-        """The place of the next graph the compile `frame` plans."""
+    def slot(self, frame: Frame, shapes: str = "") -> Slot:
+        """The place of the next graph the compile `frame` plans; `shapes`: its inputs' shapes (input_shapes)."""
         frame_id, count = frame
         with self._lock:
-            same = self._compile.get(frame_id) == count
-            return Slot(frame_id, count, len(self._held[frame_id]) if same else 0)
+            mine = [k for k in self._compile if k[0] == frame_id]
+            for key in mine:
+                if self._compile[key] == count:  # the same compile's next graph (DDP's next bucket)
+                    return Slot(frame_id, count, len(self._held[key]), key[1])
+            if shapes and any(self._shapes[k] == shapes for k in mine):
+                key = (frame_id, max(k[1] for k in mine) + 1)  # the same code run again by another module
+            else:
+                key = (frame_id, 0)  # first compile, or a recompile for new shapes: in the frame's place
+                for k in mine:
+                    if k != key:
+                        del self._held[k], self._compile[k], self._shapes[k]
+            self._held[key] = []  # an existing key keeps its place in the step
+            self._compile[key], self._shapes[key] = count, shapes
+            return Slot(frame_id, count, 0, key[1])
 
     def share(self, slot: Slot, step_budget: int, inputs: int, followed: bool = False) -> Share:
         """The split of `step_budget` for the graph at `slot`; `inputs`: bytes of its activation inputs (counted
         only when graphs come before it: the first graph's inputs are the step's, which exist before it)."""
         with self._lock:
             before: list[int] = []
-            for frame_id, held in self._held.items():
-                if frame_id == slot.frame:
-                    if self._compile[frame_id] == slot.compile:
+            for key, held in self._held.items():
+                if key == (slot.frame, slot.instance):
+                    if self._compile[key] == slot.compile:
                         before += held[:slot.position]
                     break
                 before += held
@@ -117,10 +137,10 @@ class StepLedger:
     def record(self, slot: Slot, held: int) -> None:
         """Note that the graph at `slot` keeps `held` bytes for backward."""
         with self._lock:
-            if self._compile.get(slot.frame) != slot.compile:
-                self._compile[slot.frame] = slot.compile
-                self._held[slot.frame] = []  # a recompile replaces the frame's graphs, in the frame's place
-            graphs = self._held[slot.frame]
+            key = (slot.frame, slot.instance)
+            if self._compile.get(key) != slot.compile:
+                return  # replaced by a later compile meanwhile
+            graphs = self._held[key]
             if slot.position < len(graphs):
                 graphs[slot.position] = held
             else:
@@ -130,6 +150,16 @@ class StepLedger:
         """How many graphs the step has now."""
         with self._lock:
             return sum(len(held) for held in self._held.values())
+
+
+def input_shapes(joint: fx.GraphModule) -> str:
+    """The shapes and dtypes of the joint graph's tensor inputs: what tells another run of the same code with its
+    own parameters from a recompile for new shapes."""
+    parts = []
+    for node in joint.graph.find_nodes(op="placeholder"):
+        val = node.meta.get("val")
+        parts.append(f"{val.dtype}{tuple(val.shape)}" if isinstance(val, torch.Tensor) else type(val).__name__)
+    return ";".join(parts)
 
 
 def activation_inputs(joint: fx.GraphModule, static_inputs: Sequence[int] | None,

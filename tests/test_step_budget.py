@@ -48,6 +48,21 @@ def test_ledger_counts_earlier_graphs_and_a_recompile_takes_its_place():
     assert step.graphs() == 2
 
 
+def test_the_same_code_compiled_for_another_module_counts_on_its_own():
+    """FSDP2 compiles each block on its own: the same frame, a new compile, inputs of the same shapes. Each block's
+    graph keeps its saved bytes while the next runs; new shapes replace them all."""
+    step = StepLedger()
+    blocks = [step.slot((3, count), "f32(8, 4)") for count in range(3)]
+    assert [b.instance for b in blocks] == [0, 1, 2]
+    for block in blocks:
+        step.record(block, MiB)
+    assert [step.share(b, 10 * MiB, 0).held for b in blocks] == [0, MiB, 2 * MiB]
+    resized = step.slot((3, 3), "f32(16, 4)")  # a new batch size: a recompile, in the frame's place
+    assert resized == Slot(3, 3, 0, 0) and step.graphs() == 0
+    step.record(resized, 2 * MiB)
+    assert step.slot((3, 4), "f32(16, 4)").instance == 1 and step.graphs() == 1
+
+
 def test_share_note_names_the_split():
     share = remat.step.Share(6 * MiB, 1258291, 2, 0)
     assert share.note() == ("memory_budget 6.0 MiB for the step: 1.2 MiB held by 2 earlier graph(s) of this step, "

@@ -473,7 +473,7 @@ def test_torchrun_example_runs_on_two_cpu_ranks():
                           "examples/tp_fsdp.py", "--small"], cwd=root, env=env, capture_output=True, text=True,
                          timeout=180)
     assert run.returncode == 0, run.stderr[-4000:]
-    heads = re.findall(r"^rank (\d) \(dp 0/1, tp (\d)/2\): loss ([\d.]+), memory_budget 512KiB, (\d+) graph", run.stdout,
+    heads = re.findall(r"^rank (\d) \(dp 0/1, tp (\d)/2\): loss ([\d.]+), memory_budget 1536KiB, (\d+) graph", run.stdout,
                        re.M)
     assert [(rank, tp) for rank, tp, _, _ in heads] == [("0", "0"), ("1", "1")], run.stdout
     assert heads[0][2] == heads[1][2]  # the tensor-parallel ranks compute one loss
