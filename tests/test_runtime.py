@@ -276,3 +276,23 @@ def test_private_runtime_apis_are_guarded(monkeypatch, module, name, call):
     monkeypatch.delattr(importlib.import_module(module), name)
     with pytest.raises(remat._torch.TorchAPIError, match=f"{name}.*torch 2.11 to 2.14"):
         call()
+
+
+def test_gathers_keep_their_tensors_until_the_next_one(tmp_path):
+    """A gloo group releases a gather's work on its own thread while holding the lock the next gather takes; the
+    gather's tensors stay referenced from Python until then, so that release never waits for the interpreter lock."""
+    import torch.distributed as dist
+
+    from remat.runtime import collective
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        x = torch.arange(6.0).view(2, 3)
+        first = collective.all_gather(x, 1)
+        assert first.shape == (1, 2, 3) and torch.equal(first[0], x)
+        held = collective._held.last
+        assert held[1].data_ptr() == first.data_ptr()  # the output, referenced until the next gather
+        second = collective.all_gather(x + 1, 1)
+        assert collective._held.last is not held and torch.equal(second[0], x + 1)
+    finally:
+        dist.destroy_process_group()

@@ -30,7 +30,6 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 
 D, HEADS, SEQ, BATCH = 64, 4, 16, 4
 BUDGETS = (None, 0.5, 0.0, 60_000)  # a byte budget between the least reachable peak and the baseline's
-SHORT = (None, 0.0, 60_000)  # the FSDP2 setups: fractions take one path, checked at 0.5 and 0.0 with TP alone
 
 
 class Attention(nn.Module):
@@ -164,7 +163,7 @@ def scenario_tp(mesh, rank):
 
 def scenario_fsdp(mesh, rank):
     x = data(rank, per_rank=True)  # data parallelism: each rank its own batch
-    return compare(lambda: fsdp(Model()), x, SHORT)
+    return compare(lambda: fsdp(Model()), x, BUDGETS)
 
 
 def scenario_fsdp_tp(mesh, rank):
@@ -172,7 +171,7 @@ def scenario_fsdp_tp(mesh, rank):
 
     mesh2 = init_device_mesh("cpu", (1, 2), mesh_dim_names=("dp", "tp"))
     x = data(rank, per_rank=False)
-    return compare(lambda: fsdp(tensor_parallel(Model(blocks=1), mesh2["tp"]), mesh2["dp"]), x, SHORT)
+    return compare(lambda: fsdp(tensor_parallel(Model(blocks=1), mesh2["tp"]), mesh2["dp"]), x, BUDGETS)
 
 
 def scenario_partition(mesh, rank):
@@ -325,14 +324,14 @@ def test_tensor_parallel_matches_plain_backend_bitwise_at_every_budget(ranks):
 
 def test_fsdp2_per_block_matches_plain_backend_bitwise(ranks):
     for result in results(ranks, "fsdp"):
-        assert_budgets_planned(result, graphs=2, budgets=SHORT)  # one per block: FSDP2's hooks run between them
+        assert_budgets_planned(result, graphs=2)  # one per block: FSDP2's hooks run between them
         for budget, outcome in result.items():
             assert outcome["equal"] and outcome["grads"] == 32, budget
 
 
 def test_fsdp2_with_tensor_parallel_on_a_1x2_mesh_matches_plain_backend_bitwise(ranks):
     for result in results(ranks, "fsdp_tp"):
-        assert_budgets_planned(result, graphs=1, budgets=SHORT)
+        assert_budgets_planned(result, graphs=1)
         for budget, outcome in result.items():
             assert outcome["equal"] and outcome["grads"] == 16, budget
 

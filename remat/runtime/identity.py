@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from .collective import all_gather
+
 
 class PartitionMismatch(RuntimeError):
     """A value to be partitioned differs across the ranks of the partition group."""
@@ -87,8 +89,7 @@ def compare(x: torch.Tensor, label: str, group: Any = None) -> None:
     mine = checksum(x)
     if dist.get_backend(group) == "gloo":  # gloo gathers host tensors
         mine = mine.cpu()
-    sums = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(sums, mine, group=group)
+    sums = all_gather(mine, world, group)
     differing = [r for r in range(1, world) if not torch.equal(sums[r], sums[0])]
     if differing:
         raise PartitionMismatch(

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from . import buffers, identity, profile, streams
+from .collective import all_gather
 
 _LIB = "remat"
 
@@ -107,8 +108,6 @@ def gather_shards(chunk: Tensor, shape: torch.Size, world: int, group=None, prof
                   sync: bool = False) -> Tensor:
     """The value `remat::shard` split: every rank's chunk gathered over `group` (all ranks take part), unpadded and
     viewed back to `shape`. The eager counterpart of the sharded value's backward."""
-    import torch.distributed as dist
-
     numel = 1
     for size in shape:
         numel *= size
@@ -116,11 +115,9 @@ def gather_shards(chunk: Tensor, shape: torch.Size, world: int, group=None, prof
     def work() -> Tensor:
         if world == 1:
             return chunk[:numel].view(shape)
-        parts = [torch.empty_like(chunk) for _ in range(world)]
-        # A private copy: the process group may hold its input after the call returns (gloo drops it from its own
-        # thread), which would keep a contiguous arena slot in use into the next step.
-        dist.all_gather(parts, chunk.clone(), group=group)
-        return torch.cat(parts)[:numel].view(shape)
+        # A private copy: the gather keeps its input until the next one (collective.all_gather), which would keep a
+        # contiguous arena slot in use into the next step.
+        return all_gather(chunk.clone(), world, group).view(-1)[:numel].view(shape)
 
     return _timed(profile_id, "gather", chunk.numel() * chunk.element_size() * world, sync, chunk.device, work)
 
