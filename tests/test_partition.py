@@ -3,14 +3,13 @@ equal the single-process run, and ranks that plan differently fail with an error
 import copy
 import json
 import math
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import remat
+from ranks import spawn as spawn_ranks
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -40,8 +39,8 @@ def profiled(kind):
     return step.calls[kind], step.bytes[kind]
 
 
-def worker(rank, world, port, out, mode):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+def worker(rank, world, init, out, mode):
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
         options = {"inner": "aot_eager", "partition": "world"}
         shape = ODD if mode == "odd" else {}
@@ -76,11 +75,7 @@ def worker(rank, world, port, out, mode):
 
 
 def spawn(tmp_path, mode):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(2, port, str(tmp_path), mode), nprocs=2)
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    return spawn_ranks(worker, tmp_path, mode)
 
 
 def test_partition_halves_saved_bytes_and_matches_single_process(tmp_path):

@@ -8,7 +8,6 @@ import json
 import os
 import pathlib
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,6 @@ import pytest
 import sympy
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -25,6 +23,7 @@ import remat
 from remat import _torch
 from remat.capture import Graph, Role, Value
 from remat.plan.replication import rank_local
+from ranks import spawn as spawn_ranks
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -263,11 +262,11 @@ def scenario_inductor(mesh, rank):
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
 
 
-def worker(rank, world, port, out, names):
+def worker(rank, world, init, out, names):
     from torch.distributed.device_mesh import init_device_mesh
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
         mesh = init_device_mesh("cpu", (world,))
         results = {}
@@ -285,11 +284,7 @@ def worker(rank, world, port, out, names):
 
 
 def spawn(out, names):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(2, port, str(out), names), nprocs=2)
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return spawn_ranks(worker, out, names)
 
 
 @pytest.fixture(scope="module")
