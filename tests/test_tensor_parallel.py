@@ -1,6 +1,6 @@
-"""Tensor parallelism and FSDP2 on two gloo ranks: backend="remat" gives the loss and every gradient of the same
-model compiled with the plain backend, bitwise under aot_eager, at every kind of budget; partition= over the
-tensor-parallel group shards only the activations every rank holds alike.
+"""Tensor parallelism, FSDP2 and DDP with four buckets on two gloo ranks: backend="remat" gives the loss and every
+gradient of the same model compiled with the plain backend, bitwise under aot_eager, at every kind of budget;
+partition= over the tensor-parallel group shards only the activations every rank holds alike.
 
 All aot_eager scenarios run in one spawn of two processes (a module fixture), each reporting its own result or error,
 so the whole file stays within a few tens of seconds on two cores."""
@@ -163,6 +163,33 @@ def scenario_tp(mesh, rank):
 def scenario_fsdp(mesh, rank):
     x = data(rank, per_rank=True)  # data parallelism: each rank its own batch
     return compare(lambda: fsdp(Model()), x, BUDGETS)
+
+
+class Wide(nn.Module):
+    """Four 1 MiB weights: with 1 MiB buckets DDP's optimizer makes one graph per layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(512, 512, bias=False) for _ in range(4))
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = self.drop(F.gelu(layer(x)))
+        return x
+
+
+def scenario_ddp(mesh, rank):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(100 + rank)
+    x = torch.randn(BATCH * SEQ, 512)  # each rank its own batch
+
+    def build():
+        torch.manual_seed(1)
+        return DDP(Wide(), bucket_cap_mb=1)
+
+    return compare(build, x, (None, 0.5, 0.0, 2 * 2**20))
 
 
 def scenario_fsdp_tp(mesh, rank):
@@ -329,6 +356,15 @@ def test_fsdp2_with_tensor_parallel_on_a_1x2_mesh_matches_plain_backend_bitwise(
         assert_budgets_planned(result, graphs=1)
         for budget, outcome in result.items():
             assert outcome["equal"] and outcome["grads"] == 16, budget
+
+
+def test_ddp_with_four_buckets_matches_plain_backend_bitwise(ranks):
+    for result in results(ranks, "ddp"):
+        assert set(result) == {"None", "0.5", "0.0", str(2 * 2**20)}
+        assert all(outcome["graphs"] == 4 for outcome in result.values()), result  # one graph per bucket
+        assert result["None"]["recomputed"] < result["0.0"]["recomputed"], result
+        for budget, outcome in result.items():
+            assert outcome["equal"] and outcome["grads"] == 4, budget
 
 
 def test_partition_over_tensor_parallel_group_keeps_half_of_replicated_activations(ranks):
