@@ -104,7 +104,8 @@ def test_trainer_run_planned_under_the_variable(monkeypatch, tmp_path):
     result = _tiny_trainer(transformers, tmp_path, model).train()
     assert result.global_step == 2 and torch.isfinite(torch.tensor(result.training_loss))
     plans = remat.recent_plans()[before:]
-    assert plans and all(p.budget_bytes == MIB for p in plans)
+    # the budget the user gave, for the whole step (a model that compiles to several graphs splits it among them)
+    assert plans and all((p.step_share.step_budget if p.step_share else p.budget_bytes) == MIB for p in plans)
     assert remat.last_plan().decisions
     assert type(model) is transformers.GPT2LMHeadModel and not any("_orig_mod" in k for k in model.state_dict())
 
@@ -126,4 +127,5 @@ def test_trainer_torch_compile_backend_argument(monkeypatch, tmp_path):
     before = len(remat.recent_plans())
     assert trainer.train().global_step == 2
     plans = remat.recent_plans()[before:]
-    assert plans and all(p.budget_bytes == MIB for p in plans)
+    # the budget the user gave, for the whole step (a model that compiles to several graphs splits it among them)
+    assert plans and all((p.step_share.step_budget if p.step_share else p.budget_bytes) == MIB for p in plans)
