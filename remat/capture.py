@@ -137,6 +137,10 @@ def hooked_nodes(gm: fx.GraphModule) -> frozenset[str]:
     )
 
 
+# Namespaces of torch's functional collectives (all_reduce, all_gather_into_tensor, ...), as ops in a traced graph.
+COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional")
+
+
 def _tags(node: fx.Node) -> frozenset[str]:
     target = node.target
     names = set()
@@ -144,7 +148,7 @@ def _tags(node: fx.Node) -> frozenset[str]:
         names.update(str(t).split(".")[-1] for t in target.tags)
         if target._schema.is_mutable:
             names.add("mutable")
-        if target.namespace in ("_c10d_functional", "c10d_functional", "_dtensor"):
+        if target.namespace in (*COLLECTIVE_NAMESPACES, "_dtensor"):
             names.add("collective")
         name = target.name().split("::")[-1]
         # inductor's random ops draw from the seeds tensor `inductor_seeds` made: deterministic given that input.
@@ -156,8 +160,7 @@ def _tags(node: fx.Node) -> frozenset[str]:
 def _group_name(node: fx.Node) -> str:
     """The process group a functional collective runs over, by name; "" for any other node."""
     target = node.target
-    if not isinstance(target, torch._ops.OpOverload) or target.namespace not in ("_c10d_functional",
-                                                                                   "c10d_functional"):
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace not in COLLECTIVE_NAMESPACES:
         return ""
     for i, spec in enumerate(target._schema.arguments):
         if spec.name == "group_name":

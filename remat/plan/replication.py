@@ -18,7 +18,7 @@ from __future__ import annotations
 import types
 from typing import Mapping
 
-from ..capture import Graph, Role, Value
+from ..capture import COLLECTIVE_NAMESPACES, Graph, Role, Value
 
 # Collectives whose result is the same on every rank of their group, and those that give each rank its own part.
 _REPLICATING = ("all_reduce", "all_reduce_coalesced", "all_gather_into_tensor", "all_gather_into_tensor_coalesced",
@@ -29,7 +29,7 @@ _SCATTERING = ("reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "all_
 def _collective_kind(value: Value) -> str:
     """The functional collective's name ("all_reduce"), or "" for any other node."""
     namespace, _, rest = value.op.partition(".")
-    if namespace not in ("_c10d_functional", "c10d_functional"):
+    if namespace not in COLLECTIVE_NAMESPACES:
         return ""
     return rest.split(".")[0]
 

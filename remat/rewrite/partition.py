@@ -11,7 +11,7 @@ from typing import Sequence
 import torch.fx as fx
 
 from .. import _torch
-from ..capture import Role
+from ..capture import COLLECTIVE_NAMESPACES, Role
 from ..plan.problem import Problem, Resolved
 from ..plan.schedule import backward_order, forward_order
 from .profile import mark_recomputation, mark_step
@@ -72,7 +72,7 @@ def _dead_code(gm: fx.GraphModule) -> None:
 
 def _is_impure(node: fx.Node) -> bool:
     namespace = getattr(node.target, "namespace", "")
-    if namespace in ("_c10d_functional", "c10d_functional"):
+    if namespace in COLLECTIVE_NAMESPACES:
         return False
     return node.is_impure()
 
