@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch._inductor.utils
+from checks import RECIPE_ROWS
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from workloads import Workload
@@ -26,6 +28,7 @@ from remat.runtime.buffers import POOL
 MiB = 2**20
 TORCH_BUDGETS = (0.5, 0.2, 0.0)
 REMAT_FRACTIONS = (1.0, 0.5, 0.2, 0.0)
+# RECIPE_ROWS (checks.py): the hand-written recipes users apply today, as eager rows: (row name, recipe).
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,6 @@ def row_specs(inner: str) -> list[RowSpec]:
     return specs
 
 
-# Hand-written recipes users apply today, as eager rows: (row name, recipe).
-RECIPE_ROWS = (("eager+checkpoint", "per-block"), ("per-2-blocks checkpoint", "per-2-blocks"), ("op-SAC", "op-SAC"))
 # torchtitan's op-level selective checkpoint: outputs of these ops are saved, the rest of each block recomputed.
 SAC_SAVED = tuple(getattr(torch.ops.aten, name).default for name in (
     "mm", "addmm", "bmm", "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
@@ -185,14 +186,21 @@ def build(spec: RowSpec, model: nn.Module, inner: str, workload: Workload,
 
 
 @contextlib.contextmanager
-def row_context(spec: RowSpec, inner: str, fallback_random: bool) -> Iterator[None]:
-    """Config patches active for the whole row, compilation (the first call) included; undone afterwards."""
+def row_context(spec: RowSpec, inner: str, fallback_random: bool, fresh_cache: bool = True) -> Iterator[None]:
+    """Config patches active for the whole row, compilation (the first call) included; undone afterwards.
+
+    ``fresh_cache``: a compiled row under inductor compiles with an empty inductor cache directory and cleared
+    in-process code caches, so it builds every kernel itself; else it may reuse kernels earlier rows built.
+    """
     with contextlib.ExitStack() as stack:
         if spec.kind == "torch":
             stack.enter_context(torch._functorch.config.patch(activation_memory_budget=spec.budget))
         if spec.compiled and inner == "inductor":
-            # every row compiles from scratch: compile times compare, no row reuses another's cached code
+            # every row compiles from scratch: compile times compare, no row reuses another's cached code (graphs,
+            # autotuning, nor kernels: an empty inductor cache directory and cleared in-process code caches)
             stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False, autotune_local_cache=False))
+            if fresh_cache:
+                stack.enter_context(torch._inductor.utils.fresh_cache())
         if spec.compiled and inner == "inductor" and fallback_random:
             # inductor draws its own random numbers; with eager's, dropout masks match and gradients compare
             stack.enter_context(torch._inductor.config.patch(fallback_random=True))
@@ -271,7 +279,8 @@ def _plan_fields(before: tuple[remat.Plan, ...]) -> dict[str, Any]:
 
 
 def measure_row(spec: RowSpec, workload: Workload, *, inner: str, seed: int, warmup: int, steps: int,
-                ref: tuple[float, list[torch.Tensor]], fallback_random: bool, compile_loss: bool) -> dict[str, Any]:
+                ref: tuple[float, list[torch.Tensor]], fallback_random: bool, compile_loss: bool,
+                fresh_cache: bool = True) -> dict[str, Any]:
     """Build the row from a fresh copy of the model and measure it; the returned dict is one report row."""
     row: dict[str, Any] = {"model": workload.name, "row": spec.name, "kind": spec.kind, "budget": spec.budget,
                            "budget_kind": budget_kind(spec), "options": dict(spec.options)}
@@ -280,7 +289,7 @@ def measure_row(spec: RowSpec, workload: Workload, *, inner: str, seed: int, war
         torch._dynamo.reset()  # no compiled code or cache entries carried over from the previous row
         POOL.clear()  # nor a contiguous arena another row learned (it would be reused, and counted, here)
 
-    with row_context(spec, inner, fallback_random):
+    with row_context(spec, inner, fallback_random, fresh_cache):
         forward = build(spec, model, inner, workload, compile_loss)
 
         def step() -> None:

@@ -1,13 +1,20 @@
 """The benchmark runner: every row (eager, checkpointing, torch's activation_memory_budget, remat) from one run.
 
-    python benchmarks/run.py [--quick] [--threads N] [--out benchmarks/results/latest.json] [--models gpt,mlp,gpt2]
+    python benchmarks/run.py [--quick] [--threads N] [--out PATH.json] [--models gpt,mlp,gpt2]
                              [--inner inductor|aot_eager] [--rows eager,inductor,torch,remat] [--headline]
+
+The two committed runs, one per inner compiler, each with its own outputs:
+
+    python benchmarks/run.py --inner inductor --threads 1 --steps 5   # results/latest.json, benchmarks/REPORT.md
+    python benchmarks/run.py --inner aot_eager --threads 1 --steps 5  # results/aot_eager.json, REPORT-aot_eager.md
 
 All rows of a model train deep copies of one initialized model on the same inputs, on the same machine, in the
 same process, so their memory and time compare as ratios (step times vary 10-15% between runs on small CPUs).
-Writes JSON (rows + metadata) to --out; next to it the flat markdown table (same name, .md), headline.md (the
-table README.md shows) and pareto.png; and the full report, benchmarks/REPORT.md (tables, the figure, and what the
-numbers show, every statement computed from them). `python benchmarks/report.py` rebuilds all but the JSON from it.
+Writes JSON (rows + metadata) to --out (default: ``report.default_json(inner)``); next to it the flat markdown table
+(same name, .md), the headline snippet (the table README.md shows) and the Pareto figure; and the full report
+(tables, the figure, and what the numbers show, every statement computed from them). Derived files are named by
+``report.derived`` and ``report.default_report_path``. `python benchmarks/report.py` rebuilds all but the JSON
+from it, for both inner compilers' runs.
 """
 
 from __future__ import annotations
@@ -42,16 +49,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="small batches (" + ", ".join(f"{n} {b[1]}" for n, (_, b) in WORKLOADS.items())
                              + "), 3 timed steps, --inner aot_eager by default")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "latest.json",
-                        help="JSON output path; the flat table (.md), headline.md and pareto.png go next to it "
-                             "(default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON output path; the flat table (.md), the headline snippet and the figure go next "
+                             "to it (default: benchmarks/results/latest.json with --inner inductor, "
+                             "benchmarks/results/aot_eager.json with --inner aot_eager)")
     parser.add_argument("--report", type=Path, default=None,
-                        help="the full report (tables, checks, figure); default: benchmarks/REPORT.md when --out is "
-                             "in benchmarks/results/, else REPORT.md next to --out. The figure (pareto.png) and the "
-                             "headline snippet (headline.md) always go next to --out")
+                        help="the full report (tables, checks, figure); default: benchmarks/REPORT.md for "
+                             "results/latest.json, benchmarks/REPORT-<stem>.md for results/<stem>.json, else the "
+                             "same name next to --out. The figure and the headline snippet always go next to --out")
     parser.add_argument("--headline", action="store_true",
-                        help="print only the headline snippet (headline.md, for README.md) at the end instead of "
-                             "the full table")
+                        help="print only the headline snippet (for README.md) at the end instead of the full table")
     parser.add_argument("--models", default=",".join(WORKLOADS),
                         help="comma-separated subset of: %(default)s (gpt2 needs transformers)")
     parser.add_argument("--inner", choices=("inductor", "aot_eager"), default=None,
@@ -73,6 +80,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-fallback-random", dest="fallback_random", action="store_false",
                         help="let inductor draw its own random numbers (dropout masks then differ from eager's, "
                              "so every compiled row shows a gradient difference)")
+    parser.add_argument("--shared-compile-cache", dest="fresh_cache", action="store_false",
+                        help="let inductor rows reuse kernels earlier rows built (faster; the compile-time check "
+                             "then says its ratios do not compare compile times from equal caches). By default "
+                             "every inductor row compiles with an empty inductor cache")
     args = parser.parse_args(argv)
     args.models = _split(args.models)
     unknown = sorted(set(args.models) - set(WORKLOADS))
@@ -81,6 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.rows = _split(args.rows)
     if args.inner is None:
         args.inner = "aot_eager" if args.quick else "inductor"
+    if args.out is None:
+        args.out = report.default_json(args.inner)
     if args.steps is None:
         args.steps = 3 if args.quick else 10
     if args.threads is not None and args.threads < 1:
@@ -116,7 +129,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]
             try:
                 row = rows.measure_row(spec, workload, inner=args.inner, seed=args.seed, warmup=args.warmup,
                                        steps=args.steps, ref=ref, fallback_random=args.fallback_random,
-                                       compile_loss=args.compile_loss)
+                                       compile_loss=args.compile_loss, fresh_cache=args.fresh_cache)
             except Exception as exc:  # one broken configuration must not cost the other rows
                 traceback.print_exc()
                 row = {"model": workload.name, "row": spec.name, "kind": spec.kind, "budget": spec.budget,
@@ -144,7 +157,8 @@ def solver_gaps(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
         for fraction in SOLVER_FRACTIONS:
             try:
                 # the graph the rows compile: the same inner compiler, and its random ops as the rows draw them
-                with rows.row_context(rows.RowSpec("solvers", "remat", "remat"), args.inner, args.fallback_random):
+                with rows.row_context(rows.RowSpec("solvers", "remat", "remat"), args.inner, args.fallback_random,
+                                      args.fresh_cache):
                     comparison = remat.compare_solvers(lambda *a: workload.loss_fn(workload.model, *a),
                                                        *workload.inputs, memory_budget=fraction, inner=args.inner,
                                                        solver_time_limit=20.0)
@@ -180,6 +194,7 @@ def metadata(args: argparse.Namespace, shapes: dict[str, str], argv: list[str]) 
         "steps": args.steps,
         "warmup": args.warmup,
         "fallback_random": args.fallback_random and args.inner == "inductor",
+        "fresh_compile_cache": args.fresh_cache and args.inner == "inductor",
         "loss_compiled": args.compile_loss,
         "workloads": shapes,
     }
@@ -214,8 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     report_path = args.report or report.default_report_path(args.out)
     md_path = report.write(args.out, results, meta, report_path)
     print()
-    print((args.out.parent / "headline.md" if args.headline else md_path).read_text())
-    written = [args.out, md_path, args.out.parent / "headline.md", args.out.parent / "pareto.png", report_path]
+    headline_path = report.derived(args.out, "headline.md")
+    print((headline_path if args.headline else md_path).read_text())
+    written = [args.out, md_path, headline_path, report.derived(args.out, "pareto.png"), report_path]
     print("wrote " + ", ".join(str(p) for p in written if p.exists()))
     return 1 if any("error" in r for r in results) else 0
 

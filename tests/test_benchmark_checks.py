@@ -1,0 +1,158 @@
+"""The benchmark report's computed findings (benchmarks/checks.py) on small synthetic rows: each verdict passes and
+fails where it should and names the offending rows; the output paths of each inner compiler's run (report.py)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import checks
+import report
+
+MIB = 2**20
+
+
+def row(name, kind, peak_mib, model="m", step_ms=100.0, spread=0.0, **fields):
+    """One measured row: ``spread`` sets (slowest - fastest) / median of its timed steps."""
+    times = [step_ms * (1 - spread / 2), step_ms, step_ms * (1 + spread / 2)]
+    return {"model": model, "row": name, "kind": kind, "budget": None, "budget_kind": None, "options": {},
+            "measured_peak_bytes": int(peak_mib * MIB), "step_ms": step_ms, "step_ms_all": times,
+            "first_step_s": 1.0, "max_grad_diff": 0.0, "max_grad_rel_err": 0.0, **fields}
+
+
+def remat_row(name, peak_mib, sim_mib, budget_mib=None, fraction=None, **fields):
+    budget = {}
+    if fraction is not None:
+        budget = {"budget": fraction, "budget_kind": "fraction", "plan_budget_bytes": int(budget_mib * MIB)}
+    elif budget_mib is not None:
+        budget = {"budget": int(budget_mib * MIB), "budget_kind": "bytes", "plan_budget_bytes": int(budget_mib * MIB)}
+    plan = {"plan_peak_bytes": int(sim_mib * MIB), "plan_feasible": True, "plan_least_peak_bytes": int(10 * MIB),
+            "plan_graphs": 1}
+    return row(name, "remat", peak_mib, **{**plan, **budget, **fields})
+
+
+def test_sim_vs_measured_passes_within_five_percent_and_names_each_row_outside():
+    rows = [remat_row("remat fraction 0.5", 104, 100, 110, fraction=0.5), remat_row("remat None", 96, 100)]
+    assert checks.sim_vs_measured(rows).ok is True
+
+    rows = [remat_row("remat fraction 0.5", 106, 100, 110, fraction=0.5), remat_row("remat None", 90, 100),
+            remat_row("remat fraction 0.0", 50, 50, 50, fraction=0.0),
+            remat_row("remat offload", 200, 100, options={"offload": True})]  # no budget, options: not compared
+    found = checks.sim_vs_measured(rows)
+    assert found.ok is False
+    assert "2 of 3 rows outside" in found.text
+    assert "`remat fraction 0.5` +6.0%" in found.text and "`remat None` -10.0%" in found.text
+    assert "remat offload" not in found.text and "`remat fraction 0.0` +" not in found.text
+
+
+def test_sim_vs_measured_leaves_out_rows_with_graph_breaks():
+    rows = [remat_row("remat fraction 0.5", 100, 100, 110, fraction=0.5),
+            remat_row("remat fraction 0.2", 200, 100, 110, fraction=0.2, plan_graphs=2)]
+    found = checks.sim_vs_measured(rows)
+    assert found.ok is True and "Not compared (1 rows" in found.text
+
+
+def test_none_vs_plain_peak_allows_two_percent():
+    plain = row("inductor", "compiled", 100)
+    assert checks.none_vs_plain([plain, remat_row("remat None", 102, 102)], "inductor").ok is True
+    found = checks.none_vs_plain([plain, remat_row("remat None", 103, 103)], "inductor")
+    assert found.ok is False and "Above on 1 of 1 models: m (1.030×)" in found.text
+
+
+def test_none_vs_plain_time_allows_three_percent_and_reports_the_rows_spread():
+    plain = row("aot_eager", "compiled", 100, step_ms=100.0, spread=0.02)
+    assert checks.none_vs_plain_time([plain, remat_row("remat None", 100, 100, step_ms=103.0)], "aot_eager").ok
+    found = checks.none_vs_plain_time([plain, remat_row("remat None", 100, 100, step_ms=104.0, spread=0.10)],
+                                      "aot_eager")
+    assert found.ok is False
+    assert "Slower on 1 of 1 models: m 1.04×" in found.text and "up to 10%" in found.text and "within" in found.text
+    found = checks.none_vs_plain_time([plain, remat_row("remat None", 100, 100, step_ms=120.0)], "aot_eager")
+    assert found.ok is False and "beyond" in found.text
+
+
+def test_least_vs_per_block_on_every_model():
+    rows = [row("eager+checkpoint", "checkpoint", 80), remat_row("remat fraction 0.0", 80, 80, 80, fraction=0.0),
+            row("eager+checkpoint", "checkpoint", 60, model="n"),
+            remat_row("remat fraction 0.0", 50, 50, 50, fraction=0.0, model="n")]
+    assert checks.least_vs_per_block(rows).ok is True
+    rows[3] = remat_row("remat fraction 0.0", 70, 70, 70, fraction=0.0, model="n")
+    found = checks.least_vs_per_block(rows)
+    assert found.ok is False and "Above on 1 of 2 models: n (10.0 MiB above, 1.17×)" in found.text
+
+
+def recipe_rows(**remat_fields):
+    """The three hand recipes and remat at each one's measured peak, remat meeting every budget."""
+    out = []
+    for (name, recipe), peak in zip(checks.RECIPE_ROWS, (60, 90, 120), strict=True):
+        out.append(row(name, "checkpoint", peak, step_ms=200.0))
+        fields = {"step_ms": 150.0, **remat_fields.get(recipe, {})}
+        out.append(remat_row(f"remat bytes = {recipe}", fields.pop("peak", peak - 5), peak - 5, peak, **fields))
+    return out
+
+
+def test_at_recipe_peaks_passes_when_every_budget_is_met():
+    found = checks.at_recipe_peaks(recipe_rows())
+    assert found.ok is True and "m @ per-block" in found.text and "m @ op-SAC" in found.text
+
+
+def test_at_recipe_peaks_fails_over_the_budget_or_on_an_infeasible_plan():
+    rows = recipe_rows(**{"per-block": {"peak": 64}, "op-SAC": {"plan_feasible": False}})
+    found = checks.at_recipe_peaks(rows)
+    assert found.ok is False and "Failing 2 of 3" in found.text
+    assert "`remat bytes = per-block`: 1.067 × budget" in found.text
+    assert "`remat bytes = op-SAC`: plan infeasible (warned; least reachable peak 10.0 MiB)" in found.text
+    assert "`remat bytes = per-2-blocks`:" not in found.text
+
+
+def test_recipe_step_time_fails_when_remat_is_slower_than_the_recipe():
+    assert checks.recipe_step_time(recipe_rows()).ok is True
+    found = checks.recipe_step_time(recipe_rows(**{"per-2-blocks": {"step_ms": 210.0}}))
+    assert found.ok is False and "Slower on 1 of 3: m `remat bytes = per-2-blocks` 1.05×" in found.text
+
+
+def test_compile_time_names_the_slowest_remat_row_per_model():
+    plain = row("inductor", "compiled", 100, first_step_s=10.0)
+    rows = [plain, remat_row("remat None", 100, 100, first_step_s=12.0),
+            remat_row("remat fraction 0.5", 80, 80, 90, fraction=0.5, first_step_s=15.0)]
+    found = checks.compile_time(rows, "inductor", fresh_cache=True)
+    assert found.ok is True and "`remat fraction 0.5` 15.0 s vs 10.0 s (1.50×)" in found.text
+    assert "empty inductor cache" in found.text
+
+    rows[2] = remat_row("remat fraction 0.5", 80, 80, 90, fraction=0.5, first_step_s=16.0)
+    found = checks.compile_time(rows, "inductor", fresh_cache=True)
+    assert found.ok is False and "Over on m (1 of 2 remat rows)" in found.text
+
+
+def test_compile_time_says_when_the_rows_shared_the_kernel_caches():
+    rows = [row("inductor", "compiled", 100, first_step_s=10.0), remat_row("remat None", 100, 100, first_step_s=4.0)]
+    found = checks.compile_time(rows, "inductor", fresh_cache=False)
+    assert found.ok is True
+    assert "shared inductor's kernel caches" in found.text and "m 4.0 s vs 10.0 s" in found.text
+    assert "shared inductor's kernel caches" not in checks.compile_time(rows, "inductor", fresh_cache=True).text
+
+
+def test_every_finding_is_computed_from_an_empty_or_partial_run():
+    rows = [row("eager", "eager", 100), row("inductor", "compiled", 90)]
+    names = [f.name for f in checks.all_findings(rows, "inductor")]
+    assert {"sim_vs_measured", "none_vs_plain_time", "least_vs_per_block", "at_recipe_peaks", "recipe_step_time",
+            "compile_time"} <= set(names)
+
+
+@pytest.mark.parametrize(("inner", "stem"), [("inductor", "latest"), ("aot_eager", "aot_eager")])
+def test_each_inner_compiler_has_its_own_outputs(inner, stem):
+    json_path = report.default_json(inner)
+    assert json_path == BENCHMARKS / "results" / f"{stem}.json"
+    if inner == "inductor":
+        assert report.default_report_path(json_path) == BENCHMARKS / "REPORT.md"
+        assert report.derived(json_path, "pareto.png") == BENCHMARKS / "results" / "pareto.png"
+    else:
+        assert report.default_report_path(json_path) == BENCHMARKS / "REPORT-aot_eager.md"
+        assert report.derived(json_path, "pareto.png") == BENCHMARKS / "results" / "aot_eager-pareto.png"
+        assert report.derived(json_path, "headline.md") == BENCHMARKS / "results" / "aot_eager-headline.md"
+
+
+def test_scratch_runs_name_their_outputs_by_stem(tmp_path):
+    assert report.default_report_path(tmp_path / "latest.json") == tmp_path / "REPORT.md"
+    assert report.default_report_path(tmp_path / "quick.json") == tmp_path / "REPORT-quick.md"
