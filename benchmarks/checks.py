@@ -321,11 +321,14 @@ def recipe_step_time(rows: list[dict[str, Any]]) -> Finding:
     return Finding("recipe_step_time", not slower, text + ".")
 
 
-def compile_time(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = False) -> Finding:
+def compile_time(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = False,
+                 warmed_up: bool = False) -> Finding:
     """Per model, remat's slowest first step (compilation included) against the plain compiled row's.
 
     ``fresh_cache``: the run compiled every row with an empty inductor cache (``rows.row_context``). Without it,
-    inductor rows shared inductor's kernel caches, and the text says so.
+    inductor rows shared inductor's kernel caches, and the text says so. ``warmed_up``: the run compiled a small
+    function before its first row (``rows.warm_up_compiler``); without it the first compiled row also paid the
+    process's one-time compiler start-up, and the text says so.
     """
     parts, over, nones, first = [], [], [], True
     for model in _models(rows):
@@ -351,6 +354,10 @@ def compile_time(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = Fal
     if over:
         text += ". Over on " + ", ".join(over)
     text += ". Measured as the wall time of each row's first call (one step's run included)"
+    if not warmed_up and rows and next((r for r in rows if r["kind"] in ("compiled", "torch", "remat")), {}).get(
+            "kind") == "compiled":
+        text += ("; the plain row was this run's first compile, so its time also holds the process's one-time "
+                 "compiler start-up")
     if inner == "inductor" and not fresh_cache:
         text += ("; in this run the compiled rows shared inductor's kernel caches (in process and on disk, keyed "
                  "by the kernel's source; only the FX graph cache was off), so a row could reuse kernels an earlier "
@@ -436,13 +443,14 @@ def timing_spread(rows: list[dict[str, Any]]) -> Finding:
                    "differences smaller than that are within this run's noise.")
 
 
-def all_findings(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = False) -> list[Finding]:
+def all_findings(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = False,
+                 warmed_up: bool = False) -> list[Finding]:
     """Every statement of the report's "What this shows", in order; ``inner`` names the plain compiled row;
-    ``fresh_cache``: every compiled row compiled with an empty inductor cache (see ``compile_time``)."""
+    ``fresh_cache``, ``warmed_up``: how the run compiled (see ``compile_time``)."""
     torch_budgets = sorted({r["budget"] for r in rows if r["kind"] == "torch"}, reverse=True)
     found = [within_budget(rows), monotone(rows), sim_vs_measured(rows), grads(rows, inner)]
     if torch_budgets:
         found += [torch_rises(rows, min(torch_budgets), max(torch_budgets)), at_torch_peaks(rows, torch_budgets)]
     return found + [none_vs_plain(rows, inner), none_vs_plain_time(rows, inner), least_vs_per_block(rows),
-                    at_recipe_peaks(rows), recipe_step_time(rows), compile_time(rows, inner, fresh_cache),
+                    at_recipe_peaks(rows), recipe_step_time(rows), compile_time(rows, inner, fresh_cache, warmed_up),
                     least_peaks(rows), timing_spread(rows), problems(rows)]

@@ -206,7 +206,8 @@ def _full_cells(r: dict[str, Any]) -> list[str]:
 
 def full_report(rows: list[dict[str, Any]], meta: dict[str, Any], json_path: Path, png: Path | None) -> str:
     """benchmarks/REPORT.md: set-up and command, headline table, computed findings, Pareto figure, full tables."""
-    findings = checks.all_findings(rows, meta["inner"], meta.get("fresh_compile_cache", False))
+    findings = checks.all_findings(rows, meta["inner"], meta.get("fresh_compile_cache", False),
+                                   meta.get("compiler_warmed_up", False))
     mark = {True: "✅ ", False: "❌ ", None: ""}
     lines = [
         f"# remat benchmark report: inner compiler `{meta['inner']}`",

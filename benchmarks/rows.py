@@ -207,6 +207,15 @@ def row_context(spec: RowSpec, inner: str, fallback_random: bool, fresh_cache: b
         yield
 
 
+def warm_up_compiler(inner: str) -> None:
+    """Compile and run a small forward+backward once, before any row: the first compile of a process also pays
+    one-time start-up (imports, compile workers) that would otherwise land in the first compiled row's time."""
+    with row_context(RowSpec("warm-up", "compiled", "inductor"), inner, fallback_random=False):
+        x = torch.randn(8, 8, requires_grad=True)
+        torch.compile(lambda t: (t.sin() @ t).sum(), backend=inner)(x).backward()
+    torch._dynamo.reset()
+
+
 def saved_bytes(forward: Callable[..., torch.Tensor], workload: Workload, model: nn.Module) -> int:
     """Bytes autograd saves for backward during one forward+loss: unique storages passed to the pack hook.
 

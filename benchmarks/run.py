@@ -110,6 +110,7 @@ def _split(text: str) -> list[str]:
 def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Rows of every selected model (a failing row is recorded with its error), and each workload's description."""
     results, shapes = [], {}
+    rows.warm_up_compiler(args.inner)
     for name in args.models:
         factory, batches = WORKLOADS[name]
         workload = factory(batches[1 if args.quick else 0], seed=args.seed)
@@ -195,6 +196,7 @@ def metadata(args: argparse.Namespace, shapes: dict[str, str], argv: list[str]) 
         "warmup": args.warmup,
         "fallback_random": args.fallback_random and args.inner == "inductor",
         "fresh_compile_cache": args.fresh_cache and args.inner == "inductor",
+        "compiler_warmed_up": True,
         "loss_compiled": args.compile_loss,
         "workloads": shapes,
     }

@@ -156,3 +156,9 @@ def test_each_inner_compiler_has_its_own_outputs(inner, stem):
 def test_scratch_runs_name_their_outputs_by_stem(tmp_path):
     assert report.default_report_path(tmp_path / "latest.json") == tmp_path / "REPORT.md"
     assert report.default_report_path(tmp_path / "quick.json") == tmp_path / "REPORT-quick.md"
+
+
+def test_compile_time_says_when_the_plain_row_paid_the_compiler_start_up():
+    rows = [row("inductor", "compiled", 100, first_step_s=10.0), remat_row("remat None", 100, 100, first_step_s=12.0)]
+    assert "one-time compiler start-up" in checks.compile_time(rows, "inductor", True, warmed_up=False).text
+    assert "one-time compiler start-up" not in checks.compile_time(rows, "inductor", True, warmed_up=True).text
