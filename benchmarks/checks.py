@@ -369,8 +369,8 @@ def compile_time(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = Fal
         if faster:
             text += ("; `remat None` plans and then compiles with the same inner compiler, yet its first step took "
                      "less than the plain row's on " + ", ".join(faster) + ": the plain row's time holds kernel "
-                     "builds (and, on the first model, inductor's one-time start-up) that later rows could skip, so "
-                     "these ratios do not compare compile times from equal caches")
+                     "builds that later rows could skip, so these ratios do not compare compile times from equal "
+                     "caches")
     elif inner == "inductor":
         text += "; every compiled row compiled with an empty inductor cache, so each built all of its own kernels"
     return Finding("compile_time", not over, text + ".")
