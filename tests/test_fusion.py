@@ -203,3 +203,83 @@ def test_inductor_measured_peak_stays_within_the_simulated_one():
     leaves = [*model.parameters(), x]
     measured = remat.measure.training_peak(lambda: compiled(x).sum().backward(), leaves)
     assert 0 < measured <= plan.peak_bytes <= plan.budget_bytes
+
+
+class SinCos(nn.Module):
+    """loss = (cos(sin(x @ w1)) @ w2).sum(). With sin and cos recomputed, backward reads sin(h) only in pointwise
+    loops (cos, and cos's derivative); cos(h) feeds the mm of w2's gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(512, 512) / 512**0.5)
+        self.w2 = nn.Parameter(torch.randn(512, 512) / 512**0.5)
+
+    def forward(self, x):
+        return ((x @ self.w1).sin().cos() @ self.w2).sum()
+
+
+def _recompute(*ops):
+    def policy(info):
+        return remat.Action.RECOMPUTE if info.op in ops else None
+    return policy
+
+
+def _recomputed_buffers(planned):
+    """Recomputed values that get a buffer of their own in backward."""
+    life = lifetimes(planned.problem, planned.resolved)
+    names = planned.problem.arrays.names
+    return {names[owner] for owner, first, _ in life.spans
+            if first >= len(life.fw) and names[owner] in planned.resolved.recomputed}
+
+
+def test_a_recomputed_value_read_only_by_pointwise_loops_gets_no_buffer_under_inductor():
+    x = torch.randn(512, 512, requires_grad=True)
+    policy = _recompute("aten.sin.default", "aten.cos.default")
+    eager = _planned(SinCos(), x, inner="aot_eager", memory_budget=None, policy=policy)
+    fused = _planned(SinCos(), x, inner="inductor", memory_budget=None, policy=policy)
+    (sin,) = _by_op(fused, "aten.sin.default")
+    (cos,) = _by_op(fused, "aten.cos.default")
+    assert {sin, cos} <= set(fused.resolved.recomputed) and {sin, cos} <= set(eager.resolved.recomputed)
+    assert {sin, cos} <= _recomputed_buffers(eager)  # op by op, each recomputed op writes its output
+    assert _recomputed_buffers(fused) == {cos}  # under inductor sin(h) is computed inside the loops reading it
+
+
+class SharedTable(nn.Module):
+    """Two layers h_k = x_k @ w_k, r_k = h_k * table (one table both read, as a rotary embedding's), x_{k+1} =
+    r_k @ v_k. With h and r recomputed, backward recomputes layer 1's r first; layer 0's loop reads the same table
+    at the same size, so inductor fuses it with layer 1's, and layer 0's matmul runs ahead with it."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(512, 256))
+        self.w = nn.ParameterList([nn.Parameter(torch.randn(512, 256) / 512**0.5) for _ in range(2)])
+        self.v = nn.ParameterList([nn.Parameter(torch.randn(256, 512) / 256**0.5) for _ in range(2)])
+
+    def forward(self, x):
+        for w, v in zip(self.w, self.v):
+            x = ((x @ w) * self.table) @ v
+        return x.sum()
+
+
+def test_a_recomputed_loop_runs_with_the_earlier_loop_reading_the_same_parameter():
+    x = torch.randn(512, 512, requires_grad=True)
+
+    def policy(info):  # h_k (512 x 256) and r_k recomputed, x_{k+1} saved
+        if info.op == "aten.mul.Tensor" or (info.op == "aten.mm.default" and info.shape == (512, 256)):
+            return remat.Action.RECOMPUTE
+        return None
+    eager = _planned(SharedTable(), x, inner="aot_eager", memory_budget=None, policy=policy)
+    fused = _planned(SharedTable(), x, inner="inductor", memory_budget=None, policy=policy)
+
+    def starts(planned):
+        life = lifetimes(planned.problem, planned.resolved)
+        names = planned.problem.arrays.names
+        return {names[o]: first for o, first, _ in life.spans if first >= len(life.fw)}
+
+    muls = _by_op(fused, "aten.mul.Tensor")
+    h0 = fused.problem.graph[muls[0]].inputs[0]  # layer 0's matmul
+    assert {*muls, h0} <= set(fused.resolved.recomputed)
+    e, f = starts(eager), starts(fused)
+    assert e[muls[0]] > e[muls[1]]  # op by op, layer 0 is recomputed where its backward needs it
+    assert f[muls[0]] == f[muls[1]]  # under inductor, with layer 1's loop ...
+    assert f[h0] <= f[muls[1]] < e[h0]  # ... and its matmul ahead of it

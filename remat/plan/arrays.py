@@ -36,6 +36,7 @@ class Arrays:
     formula: tuple[bool, ...] = ()  # traced in the backward pass (a gradient formula's sin(x)): capture's marker
     heavy: tuple[bool, ...] = ()  # an op inductor writes out when several kernels read it (fusion.HEAVY_CPU)
     acc_reads: tuple[int, ...] = ()  # buffers a loop may read before inductor writes it out (fusion.ACC_READS_LIMIT)
+    numel: tuple[int, ...] = ()  # elements of the (first) tensor a node returns: a loop's iteration size
 
 
 def arrays(graph: Graph) -> Arrays:
@@ -67,7 +68,15 @@ def arrays(graph: Graph) -> Arrays:
         formula=tuple("backward_formula" in v.tags for v in graph.values),
         heavy=tuple(v.device == "cpu" and v.op in fusion.HEAVY_CPU for v in graph.values),
         acc_reads=tuple(fusion.ACC_READS_LIMIT.get(v.device, fusion.ACC_READS_DEFAULT) for v in graph.values),
+        numel=tuple(_numel(v.shape) for v in graph.values),
     )
+
+
+def _numel(shape) -> int:
+    total = 1
+    for size in shape:
+        total *= size if isinstance(size, int) else 0
+    return total
 
 
 def _workspace(graph: Graph, v, index: dict[str, int]) -> int:

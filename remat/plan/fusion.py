@@ -8,17 +8,18 @@ inductor does not run the forward and backward modules node by node. The simulat
 - a buffer a module allocated and no longer reads is kept for the module's next allocation of the same dtype and
   size, so it stays live until then;
 - a recomputed loop computed from saved values alone is fused with the first backward kernel that reads one of them
-  (nothing orders it after the backward work before it), so its buffer is allocated there;
-- a forward value, or a backward gradient, computed by a pointwise op and read only by pointwise or reduction loops
-  is computed inside those loops and never written out; what it reads stays live until they run. It is written out
-  after all when several kernels read it and it reads more than four buffers or (on CPU) computes exp, log, sigmoid
-  or tanh, and whenever it reads more than twelve buffers on CPU (eight elsewhere);
+  (nothing orders it after the backward work before it), and one that reads a buffer an earlier loop of its size
+  reads (a parameter such as a rotary table, a constant, a saved value) with that loop, the recomputation it waits
+  for pulled ahead with it; its buffer is allocated there (simulate._hoist);
+- a forward value, a recomputed value or a backward gradient, computed by a pointwise op and read only by pointwise
+  or reduction loops is computed inside those loops and never written out; what it reads stays live until they run.
+  It is written out after all when several kernels read it and it reads more than four buffers or (on CPU) computes
+  exp, log, sigmoid or tanh, and whenever it reads more than twelve buffers on CPU (eight elsewhere);
 - a forward value the joint graph traces in its backward part (a gradient formula's factor the partition saves) is
   computed with the loops that produce its inputs, not after the whole forward (schedule.forward_ids).
 
-Fusion keeps recomputed chains from being written out too, but inductor is also free to move such loops earlier than
-the schedule puts them; the simulation writes those out, a bound. Pure functions of the graph facts and
-the plan; forward and backward (with its recomputation) are separate modules, as each is its own inductor graph.
+Pure functions of the graph facts and the plan; forward and backward (with its recomputation) are separate modules,
+as each is its own inductor graph.
 """
 from __future__ import annotations
 

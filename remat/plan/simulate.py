@@ -95,7 +95,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     in_fw = bytearray(n)
     for i in fw:
         in_fw[i] = 1
-    fw_in, bw_in = _fused(problem, resolved, in_fw, bw, excluded) if problem.fuses else (bytearray(n), bytearray(n))
+    fw_in, bw_in = _fused(problem, resolved, in_fw, bw, excluded, recomputed) if problem.fuses else (bytearray(n), bytearray(n))
     memo_fw: dict[int, tuple[int, ...]] = {}
     memo_bw: dict[int, tuple[int, ...]] = {}
     for pos, i in enumerate(fw):
@@ -155,31 +155,59 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
 
 def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo, alloc, first_bw) -> None:
     """inductor fuses loops that read the same buffers, and nothing orders recomputation after the backward work
-    before it: a recomputed loop computed from saved values alone runs with the first kernel of the backward module
-    that reads one of them, and its buffer is allocated there (fusion.py)."""
+    before it (fusion.py), so a recomputed loop's buffer is allocated earlier than the schedule puts it:
+    - computed from saved values alone, it runs with the first kernel of the backward module that reads one of them;
+    - it runs with the first loop of its iteration size that reads a buffer it reads too (a parameter, a constant, a
+      saved or recomputed value), the recomputation it waits for (the matmuls it reads) pulled ahead with it — a
+      layer's recomputed rotary embedding runs with the next layer's, which reads the same tables.
+    inductor declines some of these fusions (loops too many kernels apart, or sharing too few bytes); the simulation
+    takes every one, and reads stay where the schedule puts them: a bound."""
     a = problem.arrays
     n = len(a.names)
+    kinds, numel, storage = a.kinds, a.numel, a.storage
+    first_read: dict[tuple[int, int], int] = {}  # (buffer, iteration size) -> first loop position reading it
+    for pos, i in enumerate(bw, start=num_fw):
+        if bw_in[i] or kinds[i] == fusion.OPAQUE:
+            continue
+        for j in fusion.expand(a, i, bw_in, memo):
+            o = storage[j]
+            first_read.setdefault((o + n if recomputed[o] else o, numel[i]), pos)
     for i in bw:
         k = i + n
-        if not recomputed[i] or bw_in[i] or alloc[k] < 0 or a.kinds[i] == fusion.OPAQUE:
+        if not recomputed[i] or bw_in[i] or alloc[k] < 0 or kinds[i] == fusion.OPAQUE:
             continue
+        reads = fusion.expand(a, i, bw_in, memo)
         earliest = alloc[k]
-        for j in fusion.expand(a, i, bw_in, memo):
-            if recomputed[a.storage[j]]:
+        for j in reads:
+            if recomputed[storage[j]]:
                 break  # waits for another recomputed buffer
             read = a.instances[j]
             if read >= 0 and 0 <= first_bw[read] < earliest:
                 earliest = first_bw[read]
-        else:
-            alloc[k] = earliest
+        for j in reads:
+            o = storage[j]
+            earliest = min(earliest, first_read.get((o + n if recomputed[o] else o, numel[i]), earliest))
+        if earliest < alloc[k]:
+            _pull(a, i, earliest, recomputed, bw_in, memo, alloc)
 
 
-def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int], excluded: set[int]):
+def _pull(a, i: int, at: int, recomputed, bw_in, memo, alloc) -> None:
+    """Move the allocation of recomputed buffer `i`, and of the recomputed buffers it reads, to step `at` at latest."""
+    n = len(a.names)
+    stack = [i]
+    while stack:
+        o = stack.pop()
+        if alloc[o + n] > at:
+            alloc[o + n] = at
+            stack.extend(a.storage[j] for j in fusion.expand(a, o, bw_in, memo) if recomputed[a.storage[j]])
+
+
+def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int], excluded: set[int], recomputed):
     """Per position, whether inductor computes the value inside a later kernel rather than writing it out, in the
     forward module (an mm inside an addmm, and values read only by pointwise loops) and in the backward module (an
-    addmm's mm, and gradients read only by pointwise loops) — fusion.py. The forward writes out what it saves and
-    returns; the backward its gradients. Recomputed loops keep their buffers: inductor may write them out and move
-    them ahead with the kernels that read the same saved values (_hoist), which the simulation takes as the bound."""
+    addmm's mm, and gradients and recomputed values read only by pointwise loops) — fusion.py. The forward writes out
+    what it saves and returns; the backward its gradients. The recomputed loops that are written out run ahead with
+    the kernels they fuse with (_hoist)."""
     a = problem.arrays
     n = len(a.names)
     fw = [i for i in range(n) if in_fw[i]]
@@ -187,7 +215,7 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
     for i in bw:
         in_bw[i] = 1
         # computed from gradients, so never ahead of them; or part of a gradient formula left to backward
-        gradients[i] = a.role[i] == BACKWARD_ROLE or a.formula[i]
+        gradients[i] = a.role[i] == BACKWARD_ROLE or a.formula[i] or recomputed[i]
     for name in (*resolved.saved, *problem.graph.fw_outputs):
         fw_kept[a.storage[a.index[name]]] = 1
     for i in excluded:
