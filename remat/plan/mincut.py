@@ -12,7 +12,7 @@ import networkx as nx
 from networkx.algorithms.flow import boykov_kolmogorov, build_residual_network
 
 from ..capture import Role
-from .evaluate import Evaluator, Scored, pick
+from .evaluate import Evaluator, Scored
 from .problem import Problem
 
 SOURCE, SINK = "<source>", "<sink>"
@@ -86,7 +86,3 @@ def family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
     members.extend(evaluator.score(_cut(flow, residual, p, problem)) for p in prices)
     return members
 
-
-def solve(problem: Problem, budget: int | None, evaluator: Evaluator | None = None) -> Scored:
-    evaluator = evaluator or Evaluator(problem)
-    return pick(family(problem, evaluator), budget)
