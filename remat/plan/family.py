@@ -16,11 +16,11 @@ from .evaluate import Evaluator, Scored
 from .problem import Problem
 from .recipes import SAVED_OPS, recipes
 
-BUILDERS = {"greedy": greedy.family, "mincut": mincut.family}
+BUILDERS = {"greedy": greedy.family, "mincut": mincut.family, "mincut-sweep": mincut.sweep_family}
 HEAVY_OPS = SAVED_OPS | {"aten.convolution.default"}
 
 
-def heuristic_family(evaluator: Evaluator, parts: tuple[str, ...] = tuple(BUILDERS)) -> list[Scored]:
+def heuristic_family(evaluator: Evaluator, parts: tuple[str, ...] = ("greedy", "mincut-sweep")) -> list[Scored]:
     """The baseline, the recipes and the proposals of the `parts` builders (BUILDERS), with their variants."""
     members = [evaluator.baseline()] + evaluator.family("recipes", recipe_family)
     members += [s for part in parts for s in evaluator.family(part, BUILDERS[part])]
