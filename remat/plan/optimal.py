@@ -180,7 +180,7 @@ def solve(problem: Problem, budget: int | None, evaluator: Evaluator) -> Scored:
     """The cheapest plan found meeting `budget`, of the MILP's solutions (each simulated) and the incumbents: both
     heuristics' families with their variants and the least-peak plan. Its `bound` is the MILP's lower bound on
     recompute cost when the plan meets the budget (None when no bound was proved)."""
-    incumbents = heuristic_family(evaluator) + [least_peak(problem, evaluator)]
+    incumbents = heuristic_family(evaluator, ("greedy", "mincut")) + [least_peak(problem, evaluator)]
     if budget is None or not problem.choosable:
         return evaluator.pick(incumbents, budget)
     model = build(problem)
