@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fractions
+import inspect
 import math
 import numbers
 import re
@@ -17,6 +18,9 @@ from typing import Literal
 
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
+
+from .plan.solvers import DEFAULT as DEFAULT_SOLVER
+from .plan.solvers import SOLVERS, Solver
 
 __all__ = ["RematConfig", "parse_bandwidth", "parse_bytes", "resolve_op"]
 
@@ -39,7 +43,6 @@ _BUDGET_FORMS = (
 _OP_HELP = "expected names like 'aten.mm' or 'aten.mm.default', or torch.ops.aten.mm"
 _OP_NAME_RE = re.compile(r"[A-Za-z_]\w*")
 
-_SOLVERS = ("auto", "mincut", "greedy", "optimal")
 _INNERS = ("inductor", "aot_eager", "eager")
 _RNGS = ("replay", "save")
 
@@ -148,6 +151,24 @@ def _check_choice(option: str, value: object, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{option}={value!r}: expected one of {listed}")
 
 
+def _check_solver(value: object) -> None:
+    listed = ", ".join(repr(c) for c in SOLVERS)
+    forms = f"expected one of {listed}, or a callable (problem, budget, evaluator) -> Scored (remat/plan/solvers.py)"
+    if isinstance(value, str):
+        if value not in SOLVERS:
+            raise ValueError(f"solver={value!r}: {forms}")
+        return
+    if not callable(value):
+        raise TypeError(f"solver={value!r}: {forms}")
+    try:
+        inspect.signature(value).bind(None, None, None)
+    except TypeError:
+        raise TypeError(f"solver={value!r}: a callable solver is called as solver(problem, budget, evaluator) and "
+                        f"returns the Scored plan it picks (remat/plan/solvers.py)") from None
+    except ValueError:
+        pass  # no signature to inspect (some builtins): it is checked when called
+
+
 def _check_budget(value: object) -> None:
     where = f"memory_budget={value!r}"
     if value is None or isinstance(value, str):
@@ -182,7 +203,9 @@ class RematConfig:
             ``"torch.ops.aten.mm.default"``), ``OpOverload`` or ``OpOverloadPacket``; a list becomes a tuple.
             Empty: no save-list.
         policy: callable deciding per op what the user wants (saved, recomputed, offloaded); None: none.
-        solver: ``"mincut"`` (max-flow), ``"greedy"`` (cost per byte), ``"optimal"`` (MILP), ``"auto"`` (remat picks).
+        solver: a name in ``remat.plan.solvers.SOLVERS``: ``"mincut"`` (max-flow), ``"greedy"`` (cost per byte),
+            ``"optimal"`` (MILP), ``"auto"`` (remat picks); or a callable ``(problem, budget, evaluator) -> Scored``
+            with the registered solvers' signature (see ``remat/plan/solvers.py``).
         strict: True: an infeasible budget raises; False: the least-peak plan is used with a warning.
         inner: compiler for the rewritten forward/backward: ``"inductor"``, ``"aot_eager"`` or ``"eager"``.
         offload: False: never offload. True: every saved activation of at least 1 KiB is kept in host memory
@@ -209,7 +232,7 @@ class RematConfig:
     memory_budget: None | int | str | float = None
     save_ops: tuple[str | OpOverload | OpOverloadPacket, ...] = ()
     policy: Callable | None = None
-    solver: Literal["auto", "mincut", "greedy", "optimal"] = "auto"
+    solver: str | Solver = DEFAULT_SOLVER
     strict: bool = False
     inner: Literal["inductor", "aot_eager", "eager"] = "inductor"
     offload: bool | Literal["auto"] = False
@@ -227,7 +250,7 @@ class RematConfig:
         self._check_save_ops()
         if self.policy is not None and not callable(self.policy):
             raise TypeError(f"policy={self.policy!r}: expected a callable or None")
-        _check_choice("solver", self.solver, _SOLVERS)
+        _check_solver(self.solver)
         _check_bool("strict", self.strict)
         _check_choice("inner", self.inner, _INNERS)
         if not isinstance(self.offload, bool) and self.offload != "auto":
