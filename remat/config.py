@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 import torch
-from torch._ops import OpOverload, OpOverloadPacket
+
+from ._torch import OpOverload, OpOverloadPacket
 
 __all__ = ["RematConfig", "parse_bandwidth", "parse_bytes", "resolve_op"]
 

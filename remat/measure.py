@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from . import _torch
+
 __all__ = ["peak_memory"]
 
 
@@ -102,7 +104,7 @@ def _cpu_memory_events(prof: profile) -> list[tuple[int, int, int]]:
     while stack:  # pre-order walk, so events stamped with the same nanosecond keep the order they were recorded in
         event = stack.pop()
         stack.extend(reversed(event.children))
-        if event.tag == torch._C._profiler._EventType.Allocation:
+        if _torch.is_allocation(event):
             fields = event.extra_fields
             if fields.device.type == "cpu" and fields.alloc_size != 0:
                 found.append((event.start_time_ns, len(found), fields.ptr, fields.alloc_size))

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from . import scoped
+from . import _torch, scoped
 from .backend import compile as remat_compile
 from .config import RematConfig
 from .explain import capture_joints
@@ -187,7 +187,7 @@ def torch_budget_points(
             _, reference_step_ms = _measure(lambda fn: torch.compile(fn, backend=backend), model, inputs, loss_fn,
                                             repeat)
         for b in budgets:
-            with torch._functorch.config.patch(activation_memory_budget=b):
+            with _torch.activation_memory_budget(b):
                 peak, ms = _measure(lambda fn: torch.compile(fn, backend=backend), model, inputs, loss_fn, repeat)
             points.append(TorchPoint(f"torch {b}", peak, ms / reference_step_ms))
     return points

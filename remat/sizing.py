@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from . import scoped
+from . import _torch, scoped
 from .config import RematConfig, parse_bytes
 from .explain import capture_joints
 from .measure import training_peak
@@ -55,7 +55,7 @@ class BatchFit:
 def default_loss(output: Any) -> torch.Tensor:
     """The sum of every floating-point tensor in `output` (nested tuples, lists, dicts) that requires grad: a
     scalar whose backward seeds each output with ones. No dtype conversion, so it allocates nothing output-sized."""
-    leaves = [t for t in torch.utils._pytree.tree_leaves(output)
+    leaves = [t for t in _torch.tree_leaves(output)
               if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
     if not leaves:
         raise ValueError("max_batch: the model's output has no floating-point tensor that requires grad; "
@@ -108,7 +108,7 @@ def max_batch(
 
     inputs, dims = _batch_inputs(make_inputs, hint, batch_dim)
     for i, dim in dims:
-        torch._dynamo.mark_dynamic(inputs[i], dim)
+        _torch.mark_dynamic(inputs[i], dim)
     joints = capture_joints(model, *inputs, inner=inner)
     if len(joints) != 1:
         raise ValueError(f"max_batch: the model compiled to {len(joints)} graphs (graph breaks); the peak of a step "
@@ -240,7 +240,7 @@ def _measure(model, make_inputs, config: RematConfig, dims, hint: int, batches: 
                                      backend=lambda gm, example: backend.compile_graph(gm, example, config))
             args = _as_args(make_inputs(hint))
             for i, dim in dims:
-                torch._dynamo.mark_dynamic(args[i], dim)
+                _torch.mark_dynamic(args[i], dim)
             clear()
             step(args)
             used = backend.last_plan()
