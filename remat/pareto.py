@@ -29,10 +29,9 @@ from .config import RematConfig
 from .explain import capture_joints
 from .measure import training_peak
 from .pipeline import plan_joint
+from .units import MIB, render_table
 
 __all__ = ["ParetoRow", "ParetoResult", "TorchPoint", "pareto", "torch_budget_points"]
-
-MIB = 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +80,7 @@ class ParetoResult:
             if self.measured:
                 cells += [_mib(r.measured_peak_bytes), f"{r.step_ms:.2f}", f"{r.step_ratio:.2f}"]
             lines.append(cells)
-        widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-        out = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+        out = render_table(lines)
         out.append(f"baseline: peak {_mib(self.baseline_peak_bytes)} MiB, saved {_mib(self.baseline_saved_bytes)} MiB "
                    "(simulated)")
         if self.measured:

@@ -35,7 +35,7 @@ from .config import RematConfig
 from .pipeline import Planned, plan_joint
 from .plan.problem import Resolved
 from .plan.solve import BudgetError
-from .report import fmt_bytes
+from .units import fmt_bytes
 
 Frame = tuple[int, int]  # (dynamo frame id, compile count within that frame): _torch.current_compile_frame()
 

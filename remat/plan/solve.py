@@ -9,13 +9,13 @@ import sympy
 
 from ..annotate import Action
 from ..capture import Role
-from ..report import fmt_bytes, fmt_flops, short_op
+from ..units import fmt_bytes, fmt_flops, short_op
 from . import greedy, mincut, optimal
+from .decisions import rng_state_decision, transfer_decision
 from .evaluate import Evaluator, Scored, pick, pick_frugal
 from .plan import Baseline, Decision, Plan
 from .problem import Problem
 from .recipes import SAVED_OPS, recipes
-from .transfer import rng_state_decision, transfer_decision
 from .schedule import forward_order
 from .symbolic import symbolic_memory
 
