@@ -49,14 +49,6 @@ class Timeline:
         """Saved values whose storage is live at the peak step, in schedule order."""
         return [n for n, (a, b) in self.saved_spans.items() if a <= self.peak_step <= b]
 
-    @property
-    def forward_peak(self) -> int:
-        return max(self.live[: self.num_forward], default=0)
-
-    @property
-    def backward_peak(self) -> int:
-        return max(self.live[self.num_forward:], default=0)
-
 
 @dataclasses.dataclass(frozen=True)
 class Lifetimes:
