@@ -10,7 +10,6 @@ import enum
 import types
 from typing import Callable, Mapping
 
-import torch
 import torch.fx as fx
 
 from . import _torch

@@ -178,11 +178,17 @@ def sym_hint(x: Any) -> int:
     return int(x)
 
 
-def _tensor_bytes(val: torch.Tensor) -> tuple[int, sympy.Expr]:
+def tensor_bytes(x: object) -> int:
+    """Bytes of a tensor's elements at the size hint; 0 for anything that is not a tensor."""
+    return sym_hint(x.numel()) * x.element_size() if isinstance(x, torch.Tensor) else 0
+
+
+def _tensor_bytes_expr(val: torch.Tensor) -> sympy.Expr:
+    """Bytes of a tensor's elements as a function of the dynamic sizes."""
     numel = val.numel()
     if not isinstance(numel, torch.SymInt):
-        return numel * val.element_size(), sympy.Integer(numel * val.element_size())
-    return sym_hint(numel) * val.element_size(), sympy.expand(sym_expr(numel) * val.element_size())
+        return sympy.Integer(numel * val.element_size())
+    return sympy.expand(sym_expr(numel) * val.element_size())
 
 
 def _module_path(node: fx.Node) -> str:
@@ -242,7 +248,7 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
         else:
             storage[node.name] = node.name
         if is_tensor and not is_view:
-            nbytes, expr = _tensor_bytes(val)
+            nbytes, expr = tensor_bytes(val), _tensor_bytes_expr(val)
             symbols.update(str(s) for s in expr.free_symbols)
         else:
             nbytes, expr = 0, sympy.Integer(0)

@@ -30,7 +30,7 @@ from typing import Sequence
 import torch
 import torch.fx as fx
 
-from .capture import sym_hint
+from .capture import tensor_bytes
 from .config import RematConfig
 from .pipeline import Planned, plan_joint
 from .plan.problem import Resolved
@@ -174,7 +174,7 @@ def activation_inputs(joint: fx.GraphModule, static_inputs: Sequence[int] | None
         val = node.meta.get("val")
         if i in static or not isinstance(val, torch.Tensor) or (only is not None and node.name not in only):
             continue
-        total += sym_hint(val.numel()) * val.element_size()
+        total += tensor_bytes(val)
     return total
 
 
