@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-MiB = 2**20
+from remat.units import MIB as MiB
+
 BUDGET_SLACK = 1.05
 """Measured peak may exceed the budget by this factor (DESIGN.md invariant 2: measured peak <= budget x 1.05)."""
 
