@@ -34,7 +34,7 @@ __all__ = ["BatchFit", "max_batch"]
 
 @dataclasses.dataclass(frozen=True)
 class BatchFit:
-    """What `max_batch` found. Bytes are activation bytes as DESIGN.md counts them (parameters, their gradients
+    """What `max_batch` found. Bytes are activation bytes as docs/design.md counts them (parameters, their gradients
     and the inputs left out)."""
 
     batch: int  # the largest batch in [start, limit] whose predicted peak is within the budget
