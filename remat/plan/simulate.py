@@ -1,6 +1,6 @@
 """(joint graph, plan) → memory timeline of the forward+backward schedule.
 
-What is counted is what DESIGN.md calls activation memory: every storage the step allocates — forward activations,
+What is counted is docs/design.md's activation memory: every storage the step allocates — forward activations,
 saved values, recomputed values, backward temporaries — while parameters, inputs, tangents and the gradients the
 step returns are left out. A storage is live from the node that allocates it to the last node that reads it or any
 view of it; saved storages live on into backward until their last backward reader; forward outputs stay alive to the
