@@ -159,3 +159,13 @@ def training_peak(step: Callable[..., Any], leaves: Iterable[torch.Tensor], *arg
     for t in leaves:
         t.grad = None
     return peak_memory(step, *args, exclude=lambda: [t.grad for t in leaves])
+
+
+def warm_training_peak(step: Callable[..., Any], leaves: Iterable[torch.Tensor], *args: Any) -> int:
+    """`training_peak` of `step(*args)` after one run left out of the figure: the run that compiles, or that sets up
+    guards and caches at new input sizes."""
+    leaves = list(leaves)
+    for t in leaves:
+        t.grad = None
+    step(*args)
+    return training_peak(step, leaves, *args)

@@ -27,7 +27,7 @@ from . import _torch, scoped
 from .backend import compile as remat_compile
 from .config import RematConfig
 from .explain import capture_joints
-from .measure import training_peak
+from .measure import warm_training_peak
 from .pipeline import plan_joint
 from .units import MIB, render_table
 
@@ -234,9 +234,7 @@ def _measure_step(build: Callable[[Callable[..., Any]], Callable[..., Any]], mod
         for t in leaves:
             t.grad = None
 
-    clear()
-    step()  # compiles
-    peak = training_peak(step, leaves)
+    peak = warm_training_peak(step, leaves)  # the first run compiles
     times = []
     for _ in range(max(repeat, 1)):
         clear()

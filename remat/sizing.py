@@ -24,7 +24,7 @@ import torch
 from . import _torch, scoped
 from .config import RematConfig, parse_bytes
 from .explain import capture_joints
-from .measure import training_peak
+from .measure import warm_training_peak
 from .pipeline import plan_joint
 from .plan.plan import Plan
 from .plan.symbolic import symbolic_memory
@@ -127,8 +127,8 @@ def max_batch(
 
     measured_peak = measured_next = None
     if measure:
-        measured_peak, measured_next = _measure(model, make_inputs, config, dims, hint, (batch, batch + 1),
-                                                loss_fn, planned.plan)
+        measured_peak, measured_next = _measured_peaks(model, make_inputs, config, dims, hint, (batch, batch + 1),
+                                                       loss_fn, planned.plan)
     return BatchFit(batch, peak_at(batch), peak_at(batch + 1), measured_peak, measured_next, expr, symbol, budget,
                     hint, planned.plan)
 
@@ -214,8 +214,8 @@ def _search(peak_at: Callable[[int], int], budget: int, start: int, limit: int) 
     return fits
 
 
-def _measure(model, make_inputs, config: RematConfig, dims, hint: int, batches: Sequence[int], loss_fn,
-             plan: Plan) -> list[int]:
+def _measured_peaks(model, make_inputs, config: RematConfig, dims, hint: int, batches: Sequence[int], loss_fn,
+                    plan: Plan) -> list[int]:
     """Peak of one training step at each batch, run through remat with the plan made at `hint`: the step is compiled
     at `hint` with the same dynamic dimensions, so the larger batches reuse that graph and its decisions."""
     from . import backend
@@ -248,10 +248,7 @@ def _measure(model, make_inputs, config: RematConfig, dims, hint: int, batches: 
                 warnings.warn("max_batch: the measured step was planned differently from the predicted one; "
                               "the measured peaks are not of the same plan", stacklevel=3)
             for batch in batches:
-                args = _as_args(make_inputs(batch))
-                clear()
-                step(args)  # warm: the first call at a new size may set up guards and caches
-                peaks.append(training_peak(step, params, args))
+                peaks.append(warm_training_peak(step, params, _as_args(make_inputs(batch))))
     finally:
         for p, g in zip(params, grads):
             p.grad = g
