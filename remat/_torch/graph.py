@@ -2,14 +2,17 @@
 partitioners write for themselves, symbolic sizes and opaque values."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .guard import TorchAPIError, lookup
 
 # Op classes: an aten (or library) overload such as aten.mm.default, its packet aten.mm, and higher-order ops.
-OpOverload: type = lookup("torch._ops", "OpOverload")
-OpOverloadPacket: type = lookup("torch._ops", "OpOverloadPacket")
-HigherOrderOperator: type = lookup("torch._ops", "HigherOrderOperator")
+if TYPE_CHECKING:
+    from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
+else:
+    OpOverload = lookup("torch._ops", "OpOverload")
+    OpOverloadPacket = lookup("torch._ops", "OpOverloadPacket")
+    HigherOrderOperator = lookup("torch._ops", "HigherOrderOperator")
 
 # torch's pytree: nested tuples, lists and dicts flattened to their leaves and back.
 tree_leaves: Callable[..., list] = lookup("torch.utils._pytree", "tree_leaves")
