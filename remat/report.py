@@ -14,9 +14,6 @@ from .annotate import Action
 from .plan.plan import KEPT, Decision, Plan
 from .units import fmt_bytes, fmt_flops, render_table, short_op
 
-__all__ = ["TOP_LEVEL", "Totals", "by_module", "fmt_bytes", "fmt_flops", "module_table", "records", "summary",
-           "table", "totals"]
-
 TOP_LEVEL = "(top level)"  # how module_table names ops that run outside any submodule (path "")
 
 
