@@ -16,7 +16,7 @@ from .plan.evaluate import Evaluator
 from .plan.plan import Plan
 from .plan.solve import resolve_budget
 from .plan.solvers import DEFAULT, SOLVERS, Solver, named
-from .report import fmt_bytes, fmt_flops
+from .units import fmt_bytes, fmt_flops, render_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +66,7 @@ class SolverComparison:
              "yes" if r.feasible else "no", f"{r.seconds:.3f} s", _gap(r.gap))
             for r in self.rows
         ]
-        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows]]
+        lines = render_table([head, *rows])
         budget = "none" if self.budget_bytes is None else fmt_bytes(self.budget_bytes)
         lines.append(f"budget {budget}")
         return "\n".join(lines)

@@ -1,7 +1,8 @@
 """RematConfig: the one frozen, validated configuration every stage of remat receives.
 
-Parsing lives here too: byte sizes with units (``parse_bytes``) and op names (``resolve_op``), so every stage sees
-checked values and every user mistake is reported once, at construction, naming the option and the accepted forms.
+Parsing lives here too: op names (``resolve_op``) here, byte sizes with units through remat.units (``parse_bytes``,
+``parse_bandwidth``), so every stage sees checked values and every user mistake is reported once, at construction,
+naming the option and the accepted forms.
 """
 
 from __future__ import annotations
@@ -17,25 +18,15 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 import torch
-from torch._ops import OpOverload, OpOverloadPacket
+
+from ._torch import OpOverload, OpOverloadPacket
+from .units import parse_bandwidth, parse_bytes
 
 from .plan.solvers import DEFAULT as DEFAULT_SOLVER
 from .plan.solvers import SOLVERS, Solver
 
 __all__ = ["RematConfig", "parse_bandwidth", "parse_bytes", "resolve_op"]
 
-_UNITS = {
-    "b": 1,
-    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
-}
-_UNIT_HELP = (
-    "accepted units are B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024), "
-    'case-insensitive, e.g. "512MiB", "2GB", "1.5 GiB" or "4096" (plain digits are bytes)'
-)
-_SIZE_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)")
-_PER_SECOND_RE = re.compile(r"(.*?)\s*/\s*s", re.IGNORECASE)
-_BANDWIDTH_FORMS = 'bytes per second > 0: an int or float (12e9) or a string such as "12GB/s", "12 GiB/s" or "12GB"'
 _BUDGET_FORMS = (
     'None (baseline), an int number of bytes >= 0, a string with a unit such as "512MiB" or "2GB", '
     "or a float fraction in [0, 1]"
@@ -45,71 +36,6 @@ _OP_NAME_RE = re.compile(r"[A-Za-z_]\w*")
 
 _INNERS = ("inductor", "aot_eager", "eager")
 _RNGS = ("replay", "save")
-
-
-def parse_bytes(value: int | str, option: str = "memory_budget") -> int:
-    """Return ``value`` as a whole number of bytes.
-
-    ``value`` is an int >= 0 or a string: plain digits (bytes) or a number with a unit, ``"512MiB"``, ``"2GB"``,
-    ``"1.5 GiB"``; units are B, KB/MB/GB/TB (powers of 1000) and KiB/MiB/GiB/TiB (powers of 1024), case-insensitive.
-    Fractional values need a unit and are rounded down to whole bytes. ``option`` names the option in errors.
-    """
-    where = f"{option}={value!r}"
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, str)):
-        raise TypeError(f"{where}: expected a number of bytes as an int or a string such as \"1.5GiB\"; {_UNIT_HELP}")
-    if not isinstance(value, str):
-        if value < 0:
-            raise ValueError(f"{where}: a byte count must be >= 0")
-        return int(value)
-    return math.floor(_size(value, where))
-
-
-def _size(value: str, where: str) -> fractions.Fraction:
-    """The bytes a size string names, exactly; errors start with `where`."""
-    match = _SIZE_RE.fullmatch(value.strip())
-    if match is None:
-        if value.strip().startswith("-"):
-            raise ValueError(f"{where}: a byte count must be >= 0")
-        raise ValueError(f"{where}: not a byte size; {_UNIT_HELP}")
-    number, unit = match.groups()
-    if not unit:
-        if not number.isdigit():
-            raise ValueError(f"{where}: a fractional size needs a unit, e.g. \"{number}GiB\"; {_UNIT_HELP}")
-        return fractions.Fraction(int(number))
-    if unit.lower() not in _UNITS:
-        raise ValueError(f"{where}: unknown unit {unit!r}; {_UNIT_HELP}")
-    # Fraction keeps "0.1GB" exact (float arithmetic could round it to 99999999 bytes).
-    return fractions.Fraction(number) * _UNITS[unit.lower()]
-
-
-def parse_bandwidth(value: int | float | str, option: str = "host_bandwidth") -> int:
-    """Return ``value`` as whole bytes per second, >= 1.
-
-    ``value`` is an int or a finite float (``12e9``), or a string: a byte size with a unit and an optional ``/s``,
-    ``"12GB/s"``, ``"12 GiB/s"``, ``"12GB"`` (units as in ``parse_bytes``). ``option`` names the option in errors.
-    """
-    where = f"{option}={value!r}"
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
-        raise TypeError(f"{where}: expected {_BANDWIDTH_FORMS}")
-    if isinstance(value, str):
-        per_second = _PER_SECOND_RE.fullmatch(value.strip())
-        text = per_second.group(1) if per_second else value
-        try:
-            rate = _size(text, where)
-        except ValueError as exc:
-            try:
-                rate = fractions.Fraction(float(text))  # a plain number of bytes per second, "12e9"
-            except (ValueError, OverflowError):
-                raise ValueError(f'{exc}; a bandwidth may end in "/s", e.g. "12GB/s"') from None
-    elif not math.isfinite(value):
-        raise ValueError(f"{where}: expected {_BANDWIDTH_FORMS}")
-    else:
-        rate = fractions.Fraction(value)
-    if rate <= 0:
-        raise ValueError(f"{where}: bytes per second must be > 0, e.g. \"12GB/s\" or 12e9")
-    if rate < 1:
-        raise ValueError(f"{where}: less than one byte per second; expected {_BANDWIDTH_FORMS}")
-    return math.floor(rate)
 
 
 def resolve_op(entry: str | OpOverload | OpOverloadPacket) -> OpOverload | OpOverloadPacket:

@@ -7,8 +7,8 @@ import torch
 
 from remat.config import RematConfig, parse_bandwidth, parse_bytes, resolve_op
 from remat.plan.solvers import SOLVERS
+from remat.units import MIB as MiB
 
-MiB = 1024**2
 ALL_FIELDS = (
     "memory_budget", "save_ops", "policy", "solver", "strict", "inner", "offload", "host_bandwidth", "partition",
     "contiguous", "rng", "profile", "synchronize", "solver_time_limit", "debug",

@@ -8,12 +8,12 @@ import sympy
 
 from ..annotate import Action
 from ..capture import Role
-from ..report import fmt_bytes, fmt_flops, short_op
+from ..units import fmt_bytes, fmt_flops, short_op
+from .decisions import rng_state_decision, transfer_decision
 from .evaluate import Evaluator, Scored
 from .plan import Baseline, Decision, Plan
 from .problem import Problem
 from .solvers import DEFAULT, Solver, named
-from .transfer import rng_state_decision, transfer_decision
 from .schedule import forward_order
 from .symbolic import symbolic_memory
 
