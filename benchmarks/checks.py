@@ -10,9 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-MiB = 2**20
+from remat.units import MIB as MiB
+
 BUDGET_SLACK = 1.05
-"""Measured peak may exceed the budget by this factor (DESIGN.md invariant 2: measured peak <= budget x 1.05)."""
+"""Measured peak may exceed the budget by this factor (docs/design.md, invariant 2: measured peak <= budget x 1.05)."""
 SIM_TOLERANCE = 0.05
 """|measured - simulated| peak may be at most this fraction of the simulated peak."""
 NONE_PEAK_SLACK = 1.02
@@ -142,7 +143,7 @@ def torch_rises(rows: list[dict[str, Any]], lo: float = 0.0, hi: float = 0.5) ->
 
 def grads(rows: list[dict[str, Any]], inner: str) -> Finding:
     """Gradients against eager: remat rows must be bitwise equal under aot_eager and within relative error 1e-5
-    under inductor (DESIGN.md invariant 1); torch's budget rows are reported alongside."""
+    under inductor (docs/design.md, invariant 1); torch's budget rows are reported alongside."""
     remat_rows = [r for r in _ok(rows) if r["kind"] == "remat"]
     torch_rows = [r for r in _ok(rows) if r["kind"] == "torch"]
     if not remat_rows:

@@ -29,8 +29,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # the checkout's remat, and the si
 
 import checks  # noqa: E402
 import figure  # noqa: E402
-
-MiB = 2**20
+from remat.units import MIB as MiB  # noqa: E402
 
 COLUMNS = ("model", "row", "budget MiB", "saved MiB", "sim peak MiB", "measured peak MiB", "step ms",
            "step time vs eager", "max grad diff")

@@ -24,8 +24,8 @@ from workloads import Workload
 
 import remat
 from remat.runtime.buffers import POOL
+from remat.units import MIB as MiB
 
-MiB = 2**20
 TORCH_BUDGETS = (0.5, 0.2, 0.0)
 REMAT_FRACTIONS = (1.0, 0.5, 0.2, 0.0)
 # RECIPE_ROWS (checks.py): the hand-written recipes users apply today, as eager rows: (row name, recipe).

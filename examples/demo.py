@@ -12,9 +12,8 @@ import time
 import torch
 
 import remat
+from remat.units import MIB
 from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch
-
-MIB = 2**20
 
 
 class Step(torch.nn.Module):

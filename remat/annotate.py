@@ -10,9 +10,9 @@ import enum
 import types
 from typing import Callable, Mapping
 
-import torch
 import torch.fx as fx
 
+from . import _torch
 from .capture import Graph, Role, Value
 
 
@@ -135,7 +135,7 @@ def _hooked_values(graph: Graph, hooked: frozenset[str]) -> dict[str, str]:
 
 def _matches(target: object, save_targets: tuple[frozenset, frozenset]) -> bool:
     packets, overloads = save_targets
-    if not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(target, _torch.OpOverload):
         return False
     return target in overloads or target.overloadpacket in packets
 

@@ -141,26 +141,22 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Rem
                   step: StepLedger | None = None):
     """Compile one dynamo graph with remat's partitioner and the configured inner compiler. `step`: the ledger of
     the graphs this backend compiled before (remat/step.py), so a byte budget bounds the step; None: planned alone."""
-    from torch._dynamo.backends.common import aot_autograd
-
     hooked = hooked_nodes(gm)
     followed = step is not None and _torch.ends_at_graph_break(gm)
     if config.inner == "inductor":
-        from torch._inductor.compile_fx import compile_fx, compile_fx_inner
-
         if _HookBase is not object and not force_fallback:
             hook = InductorPartitioner(config, hooked, step, followed)
-            return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": hook})
-        from torch._inductor.decomposition import select_decomp_table
-
-        return aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner,
-                            partition_fn=Partitioner(config, hooked, step, followed),
-                            decompositions=select_decomp_table(),
-                            keep_inference_input_mutations=True)(gm, example_inputs)
+            return _torch.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": hook})
+        inner_compile = _torch.compile_fx_inner()
+        return _torch.aot_autograd(fw_compiler=inner_compile, bw_compiler=inner_compile,
+                                   partition_fn=Partitioner(config, hooked, step, followed),
+                                   decompositions=_torch.inductor_decompositions(),
+                                   keep_inference_input_mutations=True)(gm, example_inputs)
     # "eager" runs the planned modules op by op through fx.Interpreter (slowest, easiest to debug).
     inner = _torch.boxed_nop() if config.inner == "aot_eager" else _torch.boxed_interpreter
-    return aot_autograd(fw_compiler=inner, bw_compiler=inner, partition_fn=Partitioner(config, hooked, step, followed),
-                        keep_inference_input_mutations=True)(gm, example_inputs)
+    return _torch.aot_autograd(fw_compiler=inner, bw_compiler=inner,
+                               partition_fn=Partitioner(config, hooked, step, followed),
+                               keep_inference_input_mutations=True)(gm, example_inputs)
 
 
 def remat_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None,

@@ -97,8 +97,8 @@ def op_name(node: fx.Node) -> str:
     target = node.target
     if target is operator.getitem:
         return "getitem"
-    if isinstance(target, torch._ops.OpOverload):
-        return f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+    if isinstance(target, _torch.OpOverload):
+        return f"{target.namespace}.{_torch.op_schema(target).name.split('::')[-1]}.{_torch.overload_name(target)}"
     return getattr(target, "__name__", str(target))
 
 
@@ -108,23 +108,18 @@ def _is_view_op(node: fx.Node) -> bool:
     target = node.target
     if target is operator.getitem and isinstance(node.args[0], fx.Node):
         return returns_alias(node.args[0].target)
-    if not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(target, _torch.OpOverload):
         return False
     if target in (torch.ops.aten._unsafe_view.default, torch.ops.aten.alias.default):
         return True
-    return len(target._schema.returns) == 1 and returns_alias(target)
+    return len(_torch.op_schema(target).returns) == 1 and returns_alias(target)
 
 
 def returns_alias(target: object) -> bool:
-    if not isinstance(target, torch._ops.OpOverload) or len(target._schema.returns) != 1:
+    if not isinstance(target, _torch.OpOverload) or len(_torch.op_schema(target).returns) != 1:
         return False
-    info = target._schema.returns[0].alias_info
+    info = _torch.op_schema(target).returns[0].alias_info
     return info is not None and not info.is_write
-
-
-def _origin(node: fx.Node) -> str:
-    sources = node.meta.get("from_node") or ()
-    return str(getattr(sources[0], "name", "")) if sources else ""
 
 
 def hooked_nodes(gm: fx.GraphModule) -> frozenset[str]:
@@ -132,7 +127,7 @@ def hooked_nodes(gm: fx.GraphModule) -> frozenset[str]:
     compiled region, traced as the register_hook higher-order op)."""
     return frozenset(
         n.args[0].name for n in gm.graph.nodes
-        if n.op == "call_function" and isinstance(n.target, torch._ops.HigherOrderOperator)
+        if n.op == "call_function" and isinstance(n.target, _torch.HigherOrderOperator)
         and n.target.name() == "register_hook" and n.args and isinstance(n.args[0], fx.Node)
     )
 
@@ -144,9 +139,9 @@ COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional")
 def _tags(node: fx.Node) -> frozenset[str]:
     target = node.target
     names = set()
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, _torch.OpOverload):
         names.update(str(t).split(".")[-1] for t in target.tags)
-        if target._schema.is_mutable:
+        if _torch.is_mutable_op(target):
             names.add("mutable")
         if target.namespace in (*COLLECTIVE_NAMESPACES, "_dtensor"):
             names.add("collective")
@@ -160,9 +155,9 @@ def _tags(node: fx.Node) -> frozenset[str]:
 def _group_name(node: fx.Node) -> str:
     """The process group a functional collective runs over, by name; "" for any other node."""
     target = node.target
-    if not isinstance(target, torch._ops.OpOverload) or target.namespace not in COLLECTIVE_NAMESPACES:
+    if not isinstance(target, _torch.OpOverload) or target.namespace not in COLLECTIVE_NAMESPACES:
         return ""
-    for i, spec in enumerate(target._schema.arguments):
+    for i, spec in enumerate(_torch.op_schema(target).arguments):
         if spec.name == "group_name":
             value = node.args[i] if i < len(node.args) else node.kwargs.get("group_name", "")
             return value if isinstance(value, str) else ""
@@ -172,32 +167,32 @@ def _group_name(node: fx.Node) -> str:
 def sym_expr(x: Any) -> sympy.Expr:
     """A size (int or SymInt) as a sympy expression."""
     if isinstance(x, torch.SymInt):
-        return sympy.sympify(x.node.expr)
+        return sympy.sympify(_torch.sym_node_expr(x))
     return sympy.Integer(int(x))
 
 
 def sym_hint(x: Any) -> int:
     """A size (int or SymInt) evaluated at its hint."""
     if isinstance(x, torch.SymInt):
-        hint = x.node.hint
-        if hint is None:
-            hint = x.node.shape_env.size_hint(x.node.expr)
-        return int(hint)
+        return _torch.sym_node_hint(x)
     return int(x)
 
 
-def _tensor_bytes(val: torch.Tensor) -> tuple[int, sympy.Expr]:
+def tensor_bytes(x: object) -> int:
+    """Bytes of a tensor's elements at the size hint; 0 for anything that is not a tensor."""
+    return sym_hint(x.numel()) * x.element_size() if isinstance(x, torch.Tensor) else 0
+
+
+def _tensor_bytes_expr(val: torch.Tensor) -> sympy.Expr:
+    """Bytes of a tensor's elements as a function of the dynamic sizes."""
     numel = val.numel()
     if not isinstance(numel, torch.SymInt):
-        return numel * val.element_size(), sympy.Integer(numel * val.element_size())
-    return sym_hint(numel) * val.element_size(), sympy.expand(sym_expr(numel) * val.element_size())
+        return sympy.Integer(numel * val.element_size())
+    return sympy.expand(sym_expr(numel) * val.element_size())
 
 
 def _module_path(node: fx.Node) -> str:
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        fwd = node.meta.get("fwd_nn_module_stack") or {}
-        stack = fwd
+    stack = _torch.module_stack(node)
     if not stack:
         return ""
     path = list(stack.values())[-1]
@@ -253,7 +248,7 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
         else:
             storage[node.name] = node.name
         if is_tensor and not is_view:
-            nbytes, expr = _tensor_bytes(val)
+            nbytes, expr = tensor_bytes(val), _tensor_bytes_expr(val)
             symbols.update(str(s) for s in expr.free_symbols)
         else:
             nbytes, expr = 0, sympy.Integer(0)
@@ -274,9 +269,9 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
             dtype=str(val.dtype).replace("torch.", "") if is_tensor else "",
             module_path=_module_path(node),
             tags=(tags[node.target] if node.target in tags else tags.setdefault(node.target, _tags(node)))
-            | (_FORMULA if node.meta.get("partitioner_tag") == "is_backward" else frozenset()),
+            | (_FORMULA if _torch.partitioner_tag(node) == "is_backward" else frozenset()),
             device=_device(val),
-            origin=_origin(node),
+            origin=_torch.origin_name(node),
             is_opaque=not is_tensor and _torch.is_opaque(val),
             subclass_attr=_torch.subclass_component(node) if node.op == "placeholder" else "",
             group=_group_name(node),
@@ -293,13 +288,13 @@ _FORMULA = frozenset({"backward_formula"})
 
 
 def _in_backward(node: fx.Node, traced_backward: bool) -> bool:
-    tag = node.meta.get("partitioner_tag")
+    tag = _torch.partitioner_tag(node)
     if tag == "must_be_in_backward":
         return True
     if tag != "is_backward":
         return False
     target = node.target
-    return traced_backward or (isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable)
+    return traced_backward or _torch.is_mutable_op(target)
 
 
 def _mutated_inputs(nodes: list[fx.Node]) -> tuple[str, ...]:
@@ -309,14 +304,13 @@ def _mutated_inputs(nodes: list[fx.Node]) -> tuple[str, ...]:
     written = set()
     for node in nodes:
         target = node.target
-        if node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
-            for arg, spec in zip(node.args, target._schema.arguments):
+        if node.op == "call_function" and _torch.is_mutable_op(target):
+            for arg, spec in zip(node.args, _torch.op_schema(target).arguments):
                 if isinstance(arg, fx.Node) and spec.alias_info is not None and spec.alias_info.is_write:
                     written.add(arg.name)
-    descs = nodes[-1].meta.get("desc") or ()
-    mutated = [getattr(d, "mutated_input", None) for d in descs if type(d).__name__ == "InputMutationAOTOutput"]
+    mutated = _torch.mutated_input_descriptors(nodes[-1])
     return tuple(n.name for n in nodes if n.op == "placeholder"
-                 and (n.name in written or (mutated and n.meta.get("desc") in mutated)))
+                 and (n.name in written or (mutated and _torch.input_descriptor(n) in mutated)))
 
 
 def _device(val: Any) -> str:
@@ -325,7 +319,7 @@ def _device(val: Any) -> str:
 
 
 def _flat_outputs(output: fx.Node) -> list[Any]:
-    return list(torch.utils._pytree.tree_leaves(output.args[0]))
+    return list(_torch.tree_leaves(output.args[0]))
 
 
 def _role(node: fx.Node, tangent_dependent: set[str]) -> Role:

@@ -14,8 +14,9 @@ from .explain import Captured, capture_joints
 from .pipeline import plan_joint
 from .plan.evaluate import Evaluator
 from .plan.plan import Plan
-from .plan.solve import heuristic_family, resolve_budget
-from .report import fmt_bytes, fmt_flops
+from .plan.solve import resolve_budget
+from .plan.solvers import DEFAULT, SOLVERS, Solver, named
+from .units import fmt_bytes, fmt_flops, render_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +66,7 @@ class SolverComparison:
              "yes" if r.feasible else "no", f"{r.seconds:.3f} s", _gap(r.gap))
             for r in self.rows
         ]
-        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows]]
+        lines = render_table([head, *rows])
         budget = "none" if self.budget_bytes is None else fmt_bytes(self.budget_bytes)
         lines.append(f"budget {budget}")
         return "\n".join(lines)
@@ -85,11 +85,12 @@ def compare_solvers(
     model: Callable[..., Any],
     *inputs: Any,
     memory_budget: Any,
-    solvers: Sequence[str] = ("mincut", "greedy", "optimal"),
+    solvers: Sequence[str | Solver] = tuple(name for name in SOLVERS if name != DEFAULT),
     **fields: Any,
 ) -> SolverComparison:
     """Plan `model(*inputs)` with each solver under `memory_budget` and the other RematConfig `fields`; nothing is
-    run beyond tracing, and the graph is traced once.
+    run beyond tracing, and the graph is traced once. `solvers`: names in the registry (remat/plan/solvers.py; by
+    default every one but "auto", which picks among the others) or callables with their signature.
 
     Every solver gets the same budget in bytes: a fraction is resolved once per graph against the least peak any
     solver reaches (as solver="auto" resolves it), not against each solver's own least. A solver that cannot meet
@@ -115,7 +116,7 @@ def compare_solvers(
                 plans.append(plan_joint(c.joint, c.num_fwd_outputs, config).plan)
             seconds = time.perf_counter() - start
         rows.append(SolverRow(
-            solver=solver,
+            solver=named(solver)[0],
             recompute_flops=sum(p.recompute_flops for p in plans),
             peak_bytes=max(p.peak_bytes for p in plans),
             saved_bytes=sum(p.saved_bytes for p in plans),
@@ -138,7 +139,7 @@ def _bytes_budget(captured: Captured, memory_budget: Any, fields: dict) -> Any:
     problem = plan_joint(captured.joint, captured.num_fwd_outputs,
                          dataclasses.replace(config, memory_budget=None)).problem
     evaluator = Evaluator(problem)
-    least = min(s.peak for s in heuristic_family(evaluator, "auto"))
+    least = SOLVERS[DEFAULT](problem, 0, evaluator).peak
     return resolve_budget("fraction", config.budget_fraction(), least, evaluator.score(()).peak)
 
 

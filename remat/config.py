@@ -1,7 +1,8 @@
 """RematConfig: the one frozen, validated configuration every stage of remat receives.
 
-Parsing lives here too: byte sizes with units (``parse_bytes``) and op names (``resolve_op``), so every stage sees
-checked values and every user mistake is reported once, at construction, naming the option and the accepted forms.
+Parsing lives here too: op names (``resolve_op``) here, byte sizes with units through remat.units (``parse_bytes``,
+``parse_bandwidth``), so every stage sees checked values and every user mistake is reported once, at construction,
+naming the option and the accepted forms.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fractions
+import inspect
 import math
 import numbers
 import re
@@ -16,22 +18,15 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 import torch
-from torch._ops import OpOverload, OpOverloadPacket
+
+from ._torch import OpOverload, OpOverloadPacket
+from .units import parse_bandwidth, parse_bytes
+
+from .plan.solvers import DEFAULT as DEFAULT_SOLVER
+from .plan.solvers import SOLVERS, Solver
 
 __all__ = ["RematConfig", "parse_bandwidth", "parse_bytes", "resolve_op"]
 
-_UNITS = {
-    "b": 1,
-    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
-}
-_UNIT_HELP = (
-    "accepted units are B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024), "
-    'case-insensitive, e.g. "512MiB", "2GB", "1.5 GiB" or "4096" (plain digits are bytes)'
-)
-_SIZE_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)")
-_PER_SECOND_RE = re.compile(r"(.*?)\s*/\s*s", re.IGNORECASE)
-_BANDWIDTH_FORMS = 'bytes per second > 0: an int or float (12e9) or a string such as "12GB/s", "12 GiB/s" or "12GB"'
 _BUDGET_FORMS = (
     'None (baseline), an int number of bytes >= 0, a string with a unit such as "512MiB" or "2GB", '
     "or a float fraction in [0, 1]"
@@ -39,74 +34,8 @@ _BUDGET_FORMS = (
 _OP_HELP = "expected names like 'aten.mm' or 'aten.mm.default', or torch.ops.aten.mm"
 _OP_NAME_RE = re.compile(r"[A-Za-z_]\w*")
 
-_SOLVERS = ("auto", "mincut", "greedy", "optimal")
 _INNERS = ("inductor", "aot_eager", "eager")
 _RNGS = ("replay", "save")
-
-
-def parse_bytes(value: int | str, option: str = "memory_budget") -> int:
-    """Return ``value`` as a whole number of bytes.
-
-    ``value`` is an int >= 0 or a string: plain digits (bytes) or a number with a unit, ``"512MiB"``, ``"2GB"``,
-    ``"1.5 GiB"``; units are B, KB/MB/GB/TB (powers of 1000) and KiB/MiB/GiB/TiB (powers of 1024), case-insensitive.
-    Fractional values need a unit and are rounded down to whole bytes. ``option`` names the option in errors.
-    """
-    where = f"{option}={value!r}"
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, str)):
-        raise TypeError(f"{where}: expected a number of bytes as an int or a string such as \"1.5GiB\"; {_UNIT_HELP}")
-    if not isinstance(value, str):
-        if value < 0:
-            raise ValueError(f"{where}: a byte count must be >= 0")
-        return int(value)
-    return math.floor(_size(value, where))
-
-
-def _size(value: str, where: str) -> fractions.Fraction:
-    """The bytes a size string names, exactly; errors start with `where`."""
-    match = _SIZE_RE.fullmatch(value.strip())
-    if match is None:
-        if value.strip().startswith("-"):
-            raise ValueError(f"{where}: a byte count must be >= 0")
-        raise ValueError(f"{where}: not a byte size; {_UNIT_HELP}")
-    number, unit = match.groups()
-    if not unit:
-        if not number.isdigit():
-            raise ValueError(f"{where}: a fractional size needs a unit, e.g. \"{number}GiB\"; {_UNIT_HELP}")
-        return fractions.Fraction(int(number))
-    if unit.lower() not in _UNITS:
-        raise ValueError(f"{where}: unknown unit {unit!r}; {_UNIT_HELP}")
-    # Fraction keeps "0.1GB" exact (float arithmetic could round it to 99999999 bytes).
-    return fractions.Fraction(number) * _UNITS[unit.lower()]
-
-
-def parse_bandwidth(value: int | float | str, option: str = "host_bandwidth") -> int:
-    """Return ``value`` as whole bytes per second, >= 1.
-
-    ``value`` is an int or a finite float (``12e9``), or a string: a byte size with a unit and an optional ``/s``,
-    ``"12GB/s"``, ``"12 GiB/s"``, ``"12GB"`` (units as in ``parse_bytes``). ``option`` names the option in errors.
-    """
-    where = f"{option}={value!r}"
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
-        raise TypeError(f"{where}: expected {_BANDWIDTH_FORMS}")
-    if isinstance(value, str):
-        per_second = _PER_SECOND_RE.fullmatch(value.strip())
-        text = per_second.group(1) if per_second else value
-        try:
-            rate = _size(text, where)
-        except ValueError as exc:
-            try:
-                rate = fractions.Fraction(float(text))  # a plain number of bytes per second, "12e9"
-            except (ValueError, OverflowError):
-                raise ValueError(f'{exc}; a bandwidth may end in "/s", e.g. "12GB/s"') from None
-    elif not math.isfinite(value):
-        raise ValueError(f"{where}: expected {_BANDWIDTH_FORMS}")
-    else:
-        rate = fractions.Fraction(value)
-    if rate <= 0:
-        raise ValueError(f"{where}: bytes per second must be > 0, e.g. \"12GB/s\" or 12e9")
-    if rate < 1:
-        raise ValueError(f"{where}: less than one byte per second; expected {_BANDWIDTH_FORMS}")
-    return math.floor(rate)
 
 
 def resolve_op(entry: str | OpOverload | OpOverloadPacket) -> OpOverload | OpOverloadPacket:
@@ -148,6 +77,24 @@ def _check_choice(option: str, value: object, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{option}={value!r}: expected one of {listed}")
 
 
+def _check_solver(value: object) -> None:
+    listed = ", ".join(repr(c) for c in SOLVERS)
+    forms = f"expected one of {listed}, or a callable (problem, budget, evaluator) -> Scored (remat/plan/solvers.py)"
+    if isinstance(value, str):
+        if value not in SOLVERS:
+            raise ValueError(f"solver={value!r}: {forms}")
+        return
+    if not callable(value):
+        raise TypeError(f"solver={value!r}: {forms}")
+    try:
+        inspect.signature(value).bind(None, None, None)
+    except TypeError:
+        raise TypeError(f"solver={value!r}: a callable solver is called as solver(problem, budget, evaluator) and "
+                        f"returns the Scored plan it picks (remat/plan/solvers.py)") from None
+    except ValueError:
+        pass  # no signature to inspect (some builtins): it is checked when called
+
+
 def _check_budget(value: object) -> None:
     where = f"memory_budget={value!r}"
     if value is None or isinstance(value, str):
@@ -182,7 +129,9 @@ class RematConfig:
             ``"torch.ops.aten.mm.default"``), ``OpOverload`` or ``OpOverloadPacket``; a list becomes a tuple.
             Empty: no save-list.
         policy: callable deciding per op what the user wants (saved, recomputed, offloaded); None: none.
-        solver: ``"mincut"`` (max-flow), ``"greedy"`` (cost per byte), ``"optimal"`` (MILP), ``"auto"`` (remat picks).
+        solver: a name in ``remat.plan.solvers.SOLVERS``: ``"mincut"`` (max-flow), ``"greedy"`` (cost per byte),
+            ``"optimal"`` (MILP), ``"auto"`` (remat picks); or a callable ``(problem, budget, evaluator) -> Scored``
+            with the registered solvers' signature (see ``remat/plan/solvers.py``).
         strict: True: an infeasible budget raises; False: the least-peak plan is used with a warning.
         inner: compiler for the rewritten forward/backward: ``"inductor"``, ``"aot_eager"`` or ``"eager"``.
         offload: False: never offload. True: every saved activation of at least 1 KiB is kept in host memory
@@ -209,7 +158,7 @@ class RematConfig:
     memory_budget: None | int | str | float = None
     save_ops: tuple[str | OpOverload | OpOverloadPacket, ...] = ()
     policy: Callable | None = None
-    solver: Literal["auto", "mincut", "greedy", "optimal"] = "auto"
+    solver: str | Solver = DEFAULT_SOLVER
     strict: bool = False
     inner: Literal["inductor", "aot_eager", "eager"] = "inductor"
     offload: bool | Literal["auto"] = False
@@ -227,7 +176,7 @@ class RematConfig:
         self._check_save_ops()
         if self.policy is not None and not callable(self.policy):
             raise TypeError(f"policy={self.policy!r}: expected a callable or None")
-        _check_choice("solver", self.solver, _SOLVERS)
+        _check_solver(self.solver)
         _check_bool("strict", self.strict)
         _check_choice("inner", self.inner, _INNERS)
         if not isinstance(self.offload, bool) and self.offload != "auto":

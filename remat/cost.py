@@ -10,19 +10,13 @@ from __future__ import annotations
 import types
 from typing import Mapping
 
-import torch
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
 
-from .capture import Graph, Role, returns_alias, sym_hint
+from . import _torch
+from .capture import Graph, Role, returns_alias, sym_hint, tensor_bytes
 
 FLOPS_PER_BYTE = 10
-
-
-def _tensor_bytes(x: object) -> int:
-    if isinstance(x, torch.Tensor):
-        return sym_hint(x.numel()) * x.element_size()
-    return 0
 
 
 def _meta(arg: object) -> object:
@@ -31,11 +25,11 @@ def _meta(arg: object) -> object:
 
 def node_cost(node: fx.Node, is_view: bool) -> int:
     """Cost in flops of running `node` once (0 for placeholders, views and getitems)."""
-    if node.op != "call_function" or is_view or not isinstance(node.target, torch._ops.OpOverload):
+    if node.op != "call_function" or is_view or not isinstance(node.target, _torch.OpOverload):
         return 0
     if returns_alias(node.target):  # split, unbind: their outputs are views
         return 0
-    args, kwargs = torch.utils._pytree.tree_map(_meta, (node.args, node.kwargs))
+    args, kwargs = _torch.tree_map(_meta, (node.args, node.kwargs))
     out = node.meta.get("val")
     formula = flop_registry.get(node.target.overloadpacket)
     if formula is not None:
@@ -43,8 +37,8 @@ def node_cost(node: fx.Node, is_view: bool) -> int:
             return int(sym_hint(formula(*args, out_val=out, **kwargs)))
         except Exception:  # a formula that cannot read symbolic or unusual args: fall back to bytes moved
             pass
-    moved = sum(_tensor_bytes(x) for x in torch.utils._pytree.tree_leaves((args, kwargs)))
-    moved += sum(_tensor_bytes(x) for x in torch.utils._pytree.tree_leaves(out))
+    moved = sum(tensor_bytes(x) for x in _torch.tree_leaves((args, kwargs)))
+    moved += sum(tensor_bytes(x) for x in _torch.tree_leaves(out))
     return moved * FLOPS_PER_BYTE
 
 

@@ -37,13 +37,11 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
     followed: list[bool] = []
 
     def keep(joint, joint_inputs, *, num_fwd_outputs, static_lifetime_input_indices=None, **_kw):
-        from torch._functorch.partitioners import default_partition
-
         static = tuple(static_lifetime_input_indices) if static_lifetime_input_indices is not None else None
         # a copy of the graph: the partition below may rewrite the one it is given
         joints.append(Captured(fx.GraphModule(joint, copy.deepcopy(joint.graph)), num_fwd_outputs, hooked[-1], static,
                                followed[-1]))
-        return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+        return _torch.default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs)
 
     compile_graph = _inductor_capture(keep) if inner == "inductor" else _aot_capture(keep)
 
@@ -87,30 +85,22 @@ def explain(model: Callable[..., Any], *inputs: Any, **fields: Any):
 
 def _aot_capture(keep: Callable[..., Any], decompositions=None) -> Callable[..., Any]:
     """aot_autograd with the backend's settings, `keep` as the partition function and no code generation."""
-    from torch._dynamo.backends.common import aot_autograd
-
-    from ._torch import boxed_nop
-
-    return aot_autograd(fw_compiler=boxed_nop(), bw_compiler=boxed_nop(), partition_fn=keep,
-                        decompositions=decompositions, keep_inference_input_mutations=True)
+    return _torch.aot_autograd(fw_compiler=_torch.boxed_nop(), bw_compiler=_torch.boxed_nop(), partition_fn=keep,
+                               decompositions=decompositions, keep_inference_input_mutations=True)
 
 
 def _inductor_capture(keep: Callable[..., Any]) -> Callable[..., Any]:
     """The path a compile with inner="inductor" takes up to the partitioner (inductor's decompositions, then its
     joint-graph passes through the custom-partitioner hook), with the generated code replaced by the FX modules."""
     if _HookBase is object:  # the backend's own fallback: aot_autograd with inductor's decompositions
-        from torch._inductor.decomposition import select_decomp_table
-
-        return _aot_capture(keep, select_decomp_table())
+        return _aot_capture(keep, _torch.inductor_decompositions())
 
     def no_codegen(gm, example_inputs, **_kw):
         return _torch.boxed_nop()(gm, example_inputs)
 
     def compile_graph(gm, example_inputs):
-        from torch._inductor.compile_fx import compile_fx
-
-        return compile_fx(gm, example_inputs, inner_compile=no_codegen,
-                          config_patches={"custom_partitioner_fn": _Recorder(keep)})
+        return _torch.compile_fx(gm, example_inputs, inner_compile=no_codegen,
+                                 config_patches={"custom_partitioner_fn": _Recorder(keep)})
 
     return compile_graph
 

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from . import _torch
+
 __all__ = ["peak_memory"]
 
 
@@ -102,7 +104,7 @@ def _cpu_memory_events(prof: profile) -> list[tuple[int, int, int]]:
     while stack:  # pre-order walk, so events stamped with the same nanosecond keep the order they were recorded in
         event = stack.pop()
         stack.extend(reversed(event.children))
-        if event.tag == torch._C._profiler._EventType.Allocation:
+        if _torch.is_allocation(event):
             fields = event.extra_fields
             if fields.device.type == "cpu" and fields.alloc_size != 0:
                 found.append((event.start_time_ns, len(found), fields.ptr, fields.alloc_size))
@@ -157,3 +159,13 @@ def training_peak(step: Callable[..., Any], leaves: Iterable[torch.Tensor], *arg
     for t in leaves:
         t.grad = None
     return peak_memory(step, *args, exclude=lambda: [t.grad for t in leaves])
+
+
+def warm_training_peak(step: Callable[..., Any], leaves: Iterable[torch.Tensor], *args: Any) -> int:
+    """`training_peak` of `step(*args)` after one run left out of the figure: the run that compiles, or that sets up
+    guards and caches at new input sizes."""
+    leaves = list(leaves)
+    for t in leaves:
+        t.grad = None
+    step(*args)
+    return training_peak(step, leaves, *args)

@@ -23,16 +23,15 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from . import scoped
+from . import _torch, scoped
 from .backend import compile as remat_compile
 from .config import RematConfig
 from .explain import capture_joints
-from .measure import training_peak
+from .measure import warm_training_peak
 from .pipeline import plan_joint
+from .units import MIB, render_table
 
 __all__ = ["ParetoRow", "ParetoResult", "TorchPoint", "pareto", "torch_budget_points"]
-
-MIB = 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +80,7 @@ class ParetoResult:
             if self.measured:
                 cells += [_mib(r.measured_peak_bytes), f"{r.step_ms:.2f}", f"{r.step_ratio:.2f}"]
             lines.append(cells)
-        widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-        out = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+        out = render_table(lines)
         out.append(f"baseline: peak {_mib(self.baseline_peak_bytes)} MiB, saved {_mib(self.baseline_saved_bytes)} MiB "
                    "(simulated)")
         if self.measured:
@@ -187,7 +185,7 @@ def torch_budget_points(
             _, reference_step_ms = _measure(lambda fn: torch.compile(fn, backend=backend), model, inputs, loss_fn,
                                             repeat)
         for b in budgets:
-            with torch._functorch.config.patch(activation_memory_budget=b):
+            with _torch.activation_memory_budget(b):
                 peak, ms = _measure(lambda fn: torch.compile(fn, backend=backend), model, inputs, loss_fn, repeat)
             points.append(TorchPoint(f"torch {b}", peak, ms / reference_step_ms))
     return points
@@ -236,9 +234,7 @@ def _measure_step(build: Callable[[Callable[..., Any]], Callable[..., Any]], mod
         for t in leaves:
             t.grad = None
 
-    clear()
-    step()  # compiles
-    peak = training_peak(step, leaves)
+    peak = warm_training_peak(step, leaves)  # the first run compiles
     times = []
     for _ in range(max(repeat, 1)):
         clear()

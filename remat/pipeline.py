@@ -14,6 +14,7 @@ from .plan.plan import Plan
 from . import _torch
 from .plan.problem import BaselineSpec, Problem, Resolved, build_problem
 from .plan.transfer import Transfer
+from .plan.evaluate import Evaluator
 from .plan.solve import make_plan
 from .regions import checkpoint_regions, region_count
 
@@ -74,8 +75,8 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
     problem = build_problem(graph, table, constraints, transfer_of(config), fuses=config.inner == "inductor",
                             baseline=spec)
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
-    plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, config.solver_time_limit,
-                     frugal=frugal)
+    evaluator = Evaluator(problem, config.solver_time_limit, frugal)
+    plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, evaluator)
     if config.memory_budget is not None and (count := region_count(joint)):
         plan = dataclasses.replace(plan, notes=plan.notes + (
             f"{count} checkpoint region(s) marked in the model were not imposed: memory_budget decides",))

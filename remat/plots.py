@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .plan.simulate import RECOMPUTE, Timeline
+from .units import MIB
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["plot_timeline", "plot_pareto", "mib", "mflop", "TORCH_LABEL"]
 
-MIB = 2**20
 TORCH_LABEL = "torch activation_memory_budget"
 # Shaded step kinds: the simulator's kinds other than plain forward/backward (offload/reload join here when they land).
 SHADED = {RECOMPUTE: ("tab:orange", "recompute")}

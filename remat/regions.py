@@ -15,6 +15,7 @@ from typing import Mapping
 
 import torch.fx as fx
 
+from . import _torch
 from .capture import Graph, Role
 
 _SAVE_POLICIES = ("MUST_SAVE", "PREFER_SAVE")
@@ -32,10 +33,11 @@ def _marks(joint: fx.GraphModule) -> dict[str, tuple[int, str]]:
     numbers: dict[object, int] = {}
     marks = {}
     for node in joint.graph.nodes:
-        policy = node.meta.get("recompute")
-        if policy is None or node.meta.get("ac_graph_id") is None:
-            continue  # torch's partitioners tag inputs MUST_SAVE without a region; those are no region
-        number = numbers.setdefault(node.meta.get("ac_graph_id"), len(numbers))
+        mark = _torch.checkpoint_mark(node)
+        if mark is None:
+            continue
+        policy, region = mark
+        number = numbers.setdefault(region, len(numbers))
         marks[node.name] = (number, getattr(policy, "name", str(policy)))
     return marks
 

@@ -1,39 +1,20 @@
 """Plan reports in words: the decision table, records, a one-paragraph summary, decisions by module.
 
 Pure formatting of a Plan's decisions; every total printed here is summed from the rows printed, so a reader can
-check the table against itself.
+check the table against itself. The units and the table layout come from remat.units, which planning uses too.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import torch
 
 from .annotate import Action
-
-if TYPE_CHECKING:
-    from .plan.plan import Decision, Plan
+from .plan.plan import KEPT, Decision, Plan
+from .units import fmt_bytes, fmt_flops, render_table, short_op
 
 TOP_LEVEL = "(top level)"  # how module_table names ops that run outside any submodule (path "")
-
-
-def fmt_bytes(n: int) -> str:
-    """Bytes in binary units with one decimal: "512 B", "4.0 KiB", "41.0 MiB", "2.5 GiB"."""
-    if abs(n) < 1024:
-        return f"{n} B"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    raise AssertionError("unreachable")
-
-
-def fmt_flops(n: float) -> str:
-    """Flops with a decimal prefix and one decimal: "512 FLOP", "14.3 MFLOP", "1.2 GFLOP"."""
-    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("KFLOP", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} FLOP"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +32,7 @@ class Totals:
 
 def totals(decisions: Iterable[Decision]) -> Totals:
     decisions = list(decisions)
-    kept = (Action.SAVE, Action.OFFLOAD, Action.PARTITION)
-    saved = [d for d in decisions if d.action in kept]
+    saved = [d for d in decisions if d.action in KEPT]
     moved = [d for d in decisions if d.action in (Action.OFFLOAD, Action.PARTITION)]
     recomputed = [d for d in decisions if d.action is Action.RECOMPUTE]
     return Totals(
@@ -97,8 +77,7 @@ def table(plan: Plan, max_rows: int | None = None) -> str:
     hidden = 0
     if max_rows is not None and len(rows) > max_rows:
         hidden, rows = len(rows) - max_rows, rows[:max_rows]
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in [head, *rows]]
+    lines = render_table([head, *rows])
     if hidden:
         lines.append(f"... {hidden} more rows (totals below count them)")
     lines.extend(totals_lines(plan))
@@ -133,13 +112,6 @@ def _moved(t: Totals) -> str:
 
 def _overhead(flops: int, forward_flops: int) -> str:
     return f", +{100 * flops / forward_flops:.1f}% of forward flops" if forward_flops > 0 else ""
-
-
-def short_op(op: str) -> str:
-    """"aten._softmax.default" → "softmax"; "getitem" stays."""
-    parts = op.split(".")
-    name = parts[1] if len(parts) == 3 else op
-    return name.lstrip("_") or name
 
 
 def is_pointwise(op: str) -> bool:

@@ -21,10 +21,10 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from . import scoped
+from . import _torch, scoped
 from .config import RematConfig, parse_bytes
 from .explain import capture_joints
-from .measure import training_peak
+from .measure import warm_training_peak
 from .pipeline import plan_joint
 from .plan.plan import Plan
 from .plan.symbolic import symbolic_memory
@@ -34,7 +34,7 @@ __all__ = ["BatchFit", "max_batch"]
 
 @dataclasses.dataclass(frozen=True)
 class BatchFit:
-    """What `max_batch` found. Bytes are activation bytes as DESIGN.md counts them (parameters, their gradients
+    """What `max_batch` found. Bytes are activation bytes as docs/design.md counts them (parameters, their gradients
     and the inputs left out)."""
 
     batch: int  # the largest batch in [start, limit] whose predicted peak is within the budget
@@ -55,7 +55,7 @@ class BatchFit:
 def default_loss(output: Any) -> torch.Tensor:
     """The sum of every floating-point tensor in `output` (nested tuples, lists, dicts) that requires grad: a
     scalar whose backward seeds each output with ones. No dtype conversion, so it allocates nothing output-sized."""
-    leaves = [t for t in torch.utils._pytree.tree_leaves(output)
+    leaves = [t for t in _torch.tree_leaves(output)
               if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
     if not leaves:
         raise ValueError("max_batch: the model's output has no floating-point tensor that requires grad; "
@@ -108,7 +108,7 @@ def max_batch(
 
     inputs, dims = _batch_inputs(make_inputs, hint, batch_dim)
     for i, dim in dims:
-        torch._dynamo.mark_dynamic(inputs[i], dim)
+        _torch.mark_dynamic(inputs[i], dim)
     joints = capture_joints(model, *inputs, inner=inner)
     if len(joints) != 1:
         raise ValueError(f"max_batch: the model compiled to {len(joints)} graphs (graph breaks); the peak of a step "
@@ -127,8 +127,8 @@ def max_batch(
 
     measured_peak = measured_next = None
     if measure:
-        measured_peak, measured_next = _measure(model, make_inputs, config, dims, hint, (batch, batch + 1),
-                                                loss_fn, planned.plan)
+        measured_peak, measured_next = _measured_peaks(model, make_inputs, config, dims, hint, (batch, batch + 1),
+                                                       loss_fn, planned.plan)
     return BatchFit(batch, peak_at(batch), peak_at(batch + 1), measured_peak, measured_next, expr, symbol, budget,
                     hint, planned.plan)
 
@@ -214,8 +214,8 @@ def _search(peak_at: Callable[[int], int], budget: int, start: int, limit: int) 
     return fits
 
 
-def _measure(model, make_inputs, config: RematConfig, dims, hint: int, batches: Sequence[int], loss_fn,
-             plan: Plan) -> list[int]:
+def _measured_peaks(model, make_inputs, config: RematConfig, dims, hint: int, batches: Sequence[int], loss_fn,
+                    plan: Plan) -> list[int]:
     """Peak of one training step at each batch, run through remat with the plan made at `hint`: the step is compiled
     at `hint` with the same dynamic dimensions, so the larger batches reuse that graph and its decisions."""
     from . import backend
@@ -240,7 +240,7 @@ def _measure(model, make_inputs, config: RematConfig, dims, hint: int, batches: 
                                      backend=lambda gm, example: backend.compile_graph(gm, example, config))
             args = _as_args(make_inputs(hint))
             for i, dim in dims:
-                torch._dynamo.mark_dynamic(args[i], dim)
+                _torch.mark_dynamic(args[i], dim)
             clear()
             step(args)
             used = backend.last_plan()
@@ -248,10 +248,7 @@ def _measure(model, make_inputs, config: RematConfig, dims, hint: int, batches: 
                 warnings.warn("max_batch: the measured step was planned differently from the predicted one; "
                               "the measured peaks are not of the same plan", stacklevel=3)
             for batch in batches:
-                args = _as_args(make_inputs(batch))
-                clear()
-                step(args)  # warm: the first call at a new size may set up guards and caches
-                peaks.append(training_peak(step, params, args))
+                peaks.append(warm_training_peak(step, params, _as_args(make_inputs(batch))))
     finally:
         for p, g in zip(params, grads):
             p.grad = g

@@ -30,12 +30,12 @@ from typing import Sequence
 import torch
 import torch.fx as fx
 
-from .capture import sym_hint
+from .capture import tensor_bytes
 from .config import RematConfig
 from .pipeline import Planned, plan_joint
 from .plan.problem import Resolved
 from .plan.solve import BudgetError
-from .report import fmt_bytes
+from .units import fmt_bytes
 
 Frame = tuple[int, int]  # (dynamo frame id, compile count within that frame): _torch.current_compile_frame()
 
@@ -174,7 +174,7 @@ def activation_inputs(joint: fx.GraphModule, static_inputs: Sequence[int] | None
         val = node.meta.get("val")
         if i in static or not isinstance(val, torch.Tensor) or (only is not None and node.name not in only):
             continue
-        total += sym_hint(val.numel()) * val.element_size()
+        total += tensor_bytes(val)
     return total
 
 

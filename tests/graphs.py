@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-MIB = 2**20
+from remat.units import MIB
+
 N = 512
 
 

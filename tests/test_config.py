@@ -1,12 +1,14 @@
 import dataclasses
 import math
+import re
 
 import pytest
 import torch
 
 from remat.config import RematConfig, parse_bandwidth, parse_bytes, resolve_op
+from remat.plan.solvers import SOLVERS
+from remat.units import MIB as MiB
 
-MiB = 1024**2
 ALL_FIELDS = (
     "memory_budget", "save_ops", "policy", "solver", "strict", "inner", "offload", "host_bandwidth", "partition",
     "contiguous", "rng", "profile", "synchronize", "solver_time_limit", "debug",
@@ -161,7 +163,6 @@ def test_rejected_save_ops(save_ops, error, match):
 # ---- the other fields -------------------------------------------------------------------------------------------
 
 ENUMS = {
-    "solver": ("auto", "mincut", "greedy", "optimal"),
     "inner": ("inductor", "aot_eager", "eager"),
     "rng": ("replay", "save"),
 }
@@ -181,6 +182,34 @@ def test_enum_rejects(field):
         RematConfig(**{field: ENUMS[field][0].upper()})
     with pytest.raises(TypeError, match=rf"^{field}=1: expected one of {listed}$"):
         RematConfig(**{field: 1})
+
+
+def test_solver_names_come_from_the_registry():
+    assert tuple(SOLVERS) == ("auto", "mincut", "greedy", "optimal") and RematConfig().solver == "auto"
+    for name in SOLVERS:
+        assert RematConfig(solver=name).solver == name
+
+
+def test_solver_accepts_a_callable():
+    def mine(problem, budget, evaluator):
+        return SOLVERS["greedy"](problem, budget, evaluator)
+
+    assert RematConfig(solver=mine).solver is mine
+
+
+@pytest.mark.parametrize(("value", "error"), [("bogus", ValueError), ("AUTO", ValueError), (1, TypeError),
+                                              (None, TypeError), (["greedy"], TypeError)])
+def test_solver_rejects(value, error):
+    listed = ", ".join(repr(v) for v in SOLVERS)
+    fix = rf"expected one of {listed}, or a callable \(problem, budget, evaluator\) -> Scored"
+    with pytest.raises(error, match=rf"^solver={re.escape(repr(value))}: {fix}"):
+        RematConfig(solver=value)
+
+
+def test_solver_callable_of_another_signature_is_refused():
+    with pytest.raises(TypeError, match=r"^solver=<function .*: a callable solver is called as "
+                                        r"solver\(problem, budget, evaluator\)"):
+        RematConfig(solver=lambda problem: None)
 
 
 @pytest.mark.parametrize("field", ["strict", "contiguous", "profile", "synchronize", "debug"])

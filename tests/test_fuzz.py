@@ -97,7 +97,7 @@ def lower(rng: random.Random, budget, least: int):
 def plan_of(problem, budget, solver, evaluator):
     config = RematConfig(memory_budget=budget, solver=solver)
     value = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
-    return make_plan(problem, config.budget_kind(), value, solver, time_limit=5.0, evaluator=evaluator)
+    return make_plan(problem, config.budget_kind(), value, solver, evaluator=evaluator)
 
 
 @pytest.mark.parametrize("seed", GRAPHS)
@@ -112,7 +112,7 @@ def test_fuzz(seed, monkeypatch):
     (joint, joint_inputs, num_fwd), primals = trace_joint(model, x)
     # The budget-independent stages once per graph, shared by the determinism and monotonicity checks.
     first = plan_joint(joint, num_fwd, RematConfig())
-    problem, evaluator, baseline = first.problem, Evaluator(first.problem), first.plan.baseline.peak_bytes
+    problem, evaluator, baseline = first.problem, Evaluator(first.problem, 5.0), first.plan.baseline.peak_bytes
     monkeypatch.setattr("remat.backend._plans", [])
     for case in range(BUDGETS_PER_GRAPH):
         budget = draw_budget(rng, baseline)

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from remat.measure import _excluded_allocations, _infer_device, _replay, peak_memory
+from remat.units import MIB as MiB
 
-MiB = 1024**2
 N = 512 * 512  # float32 elements in 1 MiB
 SLACK = 64 * 1024  # room for small bookkeeping tensors (wrapped scalars, autograd seeds), far below 1 MiB
 

@@ -39,7 +39,7 @@ def test_wheel_contains_py_typed(tmp_path):
 
 
 # The torch versions remat supports are one fact stated in four places: pyproject's requirement, the guard's message
-# (remat/_torch.py), the README's matrix and the matrix script. These tests keep them the same.
+# (remat/_torch/guard.py), the README's matrix and the matrix script. These tests keep them the same.
 
 def _pyproject():
     if sys.version_info < (3, 11):

@@ -13,7 +13,8 @@ from remat.explain import capture_joints
 from remat.pipeline import plan_joint
 from remat.plan.evaluate import Evaluator
 from remat.plan.recipes import SAVED_OPS, blocks, recipes
-from remat.plan.solve import HEAVY_OPS, _plan, recipe_family
+from remat.plan.family import HEAVY_OPS, recipe_family
+from remat.plan.solve import _plan
 from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch
 
 from random_graphs import FUZZ_KINDS, random_model

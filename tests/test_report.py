@@ -10,7 +10,8 @@ from remat.capture import _clean_path
 from remat.config import RematConfig
 from remat.explain import capture_joints
 from remat.pipeline import plan_joint
-from remat.report import fmt_bytes, fmt_flops, totals
+from remat.report import totals
+from remat.units import fmt_bytes, fmt_flops
 from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch
 
 from graphs import MIB, CosMM, cosmm_input

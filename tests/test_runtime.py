@@ -6,8 +6,8 @@ import sympy
 import torch
 
 import remat
-from remat.report import fmt_bytes
 from remat.runtime import buffers
+from remat.units import fmt_bytes
 
 DEVICE = torch.device("cpu")
 

@@ -3,13 +3,19 @@ and a lower budget never gives a higher peak."""
 import functools
 import random
 import warnings
+from pathlib import Path
 
 import pytest
+import torch
 
+import remat
 from remat.config import RematConfig
 from remat.explain import Captured, capture_joints
 from remat.pipeline import plan_joint
+from remat.plan.evaluate import Evaluator
 from remat.plan.solve import make_plan
+from remat.plan.solvers import SOLVERS as REGISTRY
+from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch
 
 from random_graphs import random_model
 
@@ -108,3 +114,40 @@ def test_optimal_lower_budget_never_raises_the_peak():
     below = plan(seed, "optimal", least - 1)
     assert below.peak_bytes == least and not below.feasible  # nothing is reported below the least peak
     assert plan(seed, "optimal", 0).peak_bytes <= below.peak_bytes
+
+
+# ---- the registry and callable solvers --------------------------------------------------------------------------
+
+def test_every_registered_solver_is_documented_and_plans():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `solver` |"))
+    problem = planned(3, "auto", None).problem
+    for name, solve in REGISTRY.items():
+        assert f'`"{name}"`' in row, name
+        chosen = solve(problem, 0, Evaluator(problem, TIME_LIMIT))
+        assert chosen.peak == make_plan(problem, "fraction", 0.0, name).least_peak_bytes, name
+
+
+def recompute_every_choice(problem, budget, evaluator):
+    """A solver of its own: recompute every value it may choose, whatever the budget."""
+    CALLS.append(budget)
+    return evaluator.score(problem.choosable)
+
+
+CALLS: list = []
+
+
+def test_a_callable_solver_is_used_and_its_plan_runs_bitwise():
+    config = GPTConfig(vocab=128, n_layer=2, d_model=64, n_head=4, seq_len=32, dropout=0.1)
+    model, batch = GPT(config), make_gpt_batch(config, batch=2)
+    torch.manual_seed(0)
+    want = torch.autograd.grad(gpt_loss(model, *batch), list(model.parameters()))
+    CALLS.clear()
+    step = remat.compile(lambda idx, targets: gpt_loss(model, idx, targets), memory_budget=0.5,
+                         solver=recompute_every_choice, inner="aot_eager")
+    torch.manual_seed(0)
+    got = torch.autograd.grad(step(*batch), list(model.parameters()))
+    plan = remat.last_plan()
+    assert plan.solver == "recompute_every_choice" and CALLS[:2] == [0, plan.budget_bytes]
+    assert set(plan.problem.choosable) <= plan.resolved.recomputed and plan.recompute_flops > 0
+    assert all(torch.equal(g, w) for g, w in zip(got, want))

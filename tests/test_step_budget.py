@@ -17,8 +17,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import remat
 from remat.explain import explain_all
 from remat.step import Slot, StepLedger
+from remat.units import MIB as MiB
 
-MiB = 2**20
 AOT = {"inner": "aot_eager"}
 
 

@@ -22,9 +22,8 @@ import weakref
 from typing import Any, Callable
 
 import torch
-from torch.nn.modules.batchnorm import _BatchNorm
-from torch.utils._pytree import tree_leaves
 
+from .._torch import BatchNormBase, tree_leaves
 from ..runtime import profile as profiles
 from ..runtime import rng
 from .stash import Stash, StashOptions
@@ -205,7 +204,7 @@ def _running_stats_frozen():
     saved: dict[torch.nn.Module, list[torch.Tensor]] = {}
 
     def before(module, _args):
-        if isinstance(module, _BatchNorm) and module.training and module.track_running_stats:
+        if isinstance(module, BatchNormBase) and module.training and module.track_running_stats:
             saved[module] = [b.clone() for b in _stats(module)]
 
     def after(module, _args, _out):
@@ -223,7 +222,7 @@ def _running_stats_frozen():
             hook.remove()
 
 
-def _stats(module: _BatchNorm) -> list[torch.Tensor]:
+def _stats(module: Any) -> list[torch.Tensor]:
     return [b for b in (module.running_mean, module.running_var, module.num_batches_tracked) if b is not None]
 
 

@@ -12,8 +12,8 @@ import dataclasses
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from .._torch import tensor_version, tree_flatten, tree_unflatten
 from ..runtime import buffers
 from ..runtime import identity
 from ..runtime.ops import gather_shards
@@ -68,7 +68,7 @@ class Stash:
             leaves[i] = _Moved(tensor, leaf.shape, leaf.device, leaf.requires_grad, options.partition is not None)
         self.leaves = leaves
         # An input modified in place after forward would make the recomputation differ silently.
-        self.versions = {i: leaf._version for i, leaf in enumerate(leaves) if _plain_tensor(leaf)}
+        self.versions = {i: tensor_version(leaf) for i, leaf in enumerate(leaves) if _plain_tensor(leaf)}
 
     def _kept_form(self, x: torch.Tensor, position: int) -> torch.Tensor:
         o = self.options
@@ -94,7 +94,7 @@ class Stash:
         o = self.options
         leaves = list(self.leaves)
         for i, leaf in enumerate(leaves):
-            if i in self.versions and leaf._version != self.versions[i]:
+            if i in self.versions and tensor_version(leaf) != self.versions[i]:
                 raise RuntimeError(
                     f"{where}: input {i} of the checkpointed region was modified in place after its forward, so "
                     "its recomputation would differ; clone it before modifying it, or keep it out of the region")

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
+from .._torch import OpOverload, OpOverloadPacket
 from ..config import resolve_op
 from . import autowrap, region
 from .region import RegionOptions
@@ -208,7 +209,7 @@ def _variant(variant: str | enum.Enum) -> str:
 
 def _save_set(save_ops: Iterable[Any]) -> tuple[str, ...]:
     """The save ops as checked, sorted op names."""
-    if isinstance(save_ops, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+    if isinstance(save_ops, (str, OpOverload, OpOverloadPacket)):
         save_ops = [save_ops]
     entries = list(save_ops)
     if not entries:

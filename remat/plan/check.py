@@ -1,6 +1,8 @@
 """Invariant checks of a plan: `remat.check_plan(plan)`, and run while compiling under RematConfig(debug=True)."""
 from __future__ import annotations
 
+import collections
+
 from ..annotate import Action
 from ..capture import Role
 from .problem import Problem, Resolved
@@ -69,19 +71,21 @@ def _check_structure(problem: Problem, resolved: Resolved, backward: list[str] |
 
 def _check_decisions(plan, problem: Problem, resolved: Resolved) -> None:
     names = [d.name for d in plan.decisions]
-    if len(names) != len(set(names)):
-        raise PlanInvariantError(f"more than one decision for {sorted({n for n in names if names.count(n) > 1})}")
+    repeated = sorted(n for n, count in collections.Counter(names).items() if count > 1)
+    if repeated:
+        raise PlanInvariantError(f"more than one decision for {repeated}")
     replay = problem.constraints.replay
     states = {f"{r}_rng_state": r for r in resolved.recomputed if r in replay}
+    saved_owners = problem.saved_owners(resolved)
+    expected_by_action = {Action.SAVE: saved_owners - resolved.offloaded - resolved.partitioned,
+                          Action.OFFLOAD: resolved.offloaded, Action.PARTITION: resolved.partitioned}
     for d in plan.decisions:
         if d.op == "rng state":
             if d.name not in states or d.nbytes != replay[states[d.name]]:
                 raise PlanInvariantError(f"decision {d.name} keeps a generator state, but the plan replays no "
                                          "random op with it")
             continue
-        expected = {Action.SAVE: problem.saved_owners(resolved) - resolved.offloaded - resolved.partitioned,
-                    Action.OFFLOAD: resolved.offloaded, Action.PARTITION: resolved.partitioned}.get(
-                        d.action, resolved.recomputed)
+        expected = expected_by_action.get(d.action, resolved.recomputed)
         if d.name not in expected:
             raise PlanInvariantError(f"decision {d.name} ({d.op}) says {d.action.value}, but the plan does not "
                                      f"{d.action.value} it")
@@ -90,7 +94,7 @@ def _check_decisions(plan, problem: Problem, resolved: Resolved) -> None:
         raise PlanInvariantError(f"random ops replayed without a generator-state decision: {missing_states}")
     graph = problem.graph
     listed = set(names)
-    for name in sorted(problem.saved_owners(resolved) | resolved.recomputed, key=lambda n: graph[n].index):
+    for name in sorted(saved_owners | resolved.recomputed, key=lambda n: graph[n].index):
         v = graph[name]
         if (v.is_tensor or v.is_multi) and graph[v.storage].role is Role.FORWARD and name not in listed:
             raise PlanInvariantError(f"{name} ({v.op}) is {'saved' if name in resolved.saved else 'recomputed'} "

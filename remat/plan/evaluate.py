@@ -3,7 +3,9 @@
 Heuristic solvers propose a *family* of choices that does not depend on the budget; `pick` then takes the cheapest
 one whose simulated peak meets the budget (ties: lower peak, then earlier in the family), or the least-peak one when
 none does. Because the family is fixed, a lower budget can only narrow the feasible set, so the chosen peak never
-rises as the budget falls.
+rises as the budget falls. The evaluator is a solver's whole view of the planning: besides the problem and its
+simulations it carries how to pick (`Evaluator.pick`: cheapest, or frugal for a graph later graphs of its step follow)
+and how long an exact solver may search.
 """
 from __future__ import annotations
 
@@ -22,13 +24,18 @@ class Scored:
     peak: int
     saved: int
     label: str = ""  # the recipe or partition this plan reproduces ("per-block checkpoint"); "" for a solver's own
+    bound: float | None = None  # a proved lower bound on the cost of any plan meeting the budget (optimal's MILP)
 
 
 class Evaluator:
-    """Simulates choices of one problem, remembering results (the same resolved plan is simulated once)."""
+    """Simulates choices of one problem, remembering results (the same resolved plan is simulated once).
+    `time_limit`: seconds an exact solver may search per solve. `frugal`: `pick` takes, of the plans meeting the
+    budget, the one leaving most room for a later graph like this one (pick_frugal) rather than the cheapest."""
 
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, time_limit: float = 10.0, frugal: bool = False):
         self.problem = problem
+        self.time_limit = time_limit
+        self.frugal = frugal
         self._memo: dict[Resolved, tuple[float, Timeline]] = {}
         self._families: dict[str, list[Scored]] = {}
 
@@ -67,9 +74,16 @@ class Evaluator:
 
     def restricted(self, problem: Problem) -> "Evaluator":
         """An evaluator of `problem` (the same graph under more constraints) sharing this one's simulations."""
-        other = Evaluator(problem)
+        other = Evaluator(problem, self.time_limit, self.frugal)
         other._memo = self._memo
         return other
+
+    def pick(self, family: list[Scored], budget: int | None) -> Scored:
+        """The member of `family` a solver returns for `budget`: `pick`, or under `frugal` `pick_frugal` against
+        the family's least peak."""
+        if self.frugal and budget is not None:
+            return pick_frugal(family, budget, min(s.peak for s in family))
+        return pick(family, budget)
 
 
 def pick(family: list[Scored], budget: int | None) -> Scored:

@@ -12,7 +12,7 @@ as the graph grows, since each simulation costs time linear in its size. The wal
 """
 from __future__ import annotations
 
-from .evaluate import Evaluator, Scored, pick
+from .evaluate import Evaluator, Scored
 from .problem import Problem
 
 MAX_STEPS = 96
@@ -69,7 +69,3 @@ def family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
         members.extend(evaluator.score(ranking[:k]) for k in prefix_lengths(len(ranking), max_steps(problem)))
     return members
 
-
-def solve(problem: Problem, budget: int | None, evaluator: Evaluator | None = None) -> Scored:
-    evaluator = evaluator or Evaluator(problem)
-    return pick(family(problem, evaluator), budget)

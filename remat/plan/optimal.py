@@ -9,6 +9,7 @@ their first and last backward reader. Minimising recompute cost under that relax
 cost of any plan meeting the budget (`Plan.gap` is measured against it). Each solution is simulated; if its real
 peak is over the budget the memory rows are tightened by the excess and the program solved again. The best
 simulated-feasible plan found is returned; the heuristic families serve as incumbents, as a MIP start would.
+`solve` has the signature every solver has (solvers.py); the time limit per MILP is the evaluator's.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import scipy.sparse as sp
 from ..capture import Role
 from . import greedy, mincut
 from .evaluate import Evaluator, Scored, pick
+from .family import heuristic_family
 from .problem import Problem
 
 MAX_ROUNDS = 6
@@ -151,7 +153,7 @@ def _chosen(model: Model, x: np.ndarray, problem: Problem) -> list[str]:
     return [n for i, n in enumerate(model.names) if x[k + i] > 0.5 and n in problem.choosable]
 
 
-def least_peak(problem: Problem, evaluator: Evaluator, time_limit: float = 10.0) -> Scored:
+def least_peak(problem: Problem, evaluator: Evaluator) -> Scored:
     """The least-peak plan the MILP finds below the heuristics' least peak: solve for a peak one byte under the
     best known, simulate, keep the result if its real peak is lower, repeat. Memoised per problem, so fractions
     and infeasible budgets resolve against the same least peak on every call."""
@@ -162,7 +164,7 @@ def least_peak(problem: Problem, evaluator: Evaluator, time_limit: float = 10.0)
             return [best]
         model, limit = build(problem), best.peak - 1
         for _ in range(MAX_ROUNDS):
-            res = _solve(model, limit, time_limit)
+            res = _solve(model, limit, evaluator.time_limit)
             if res.x is None:
                 break
             found = evaluator.score(_chosen(model, res.x, problem))
@@ -174,18 +176,17 @@ def least_peak(problem: Problem, evaluator: Evaluator, time_limit: float = 10.0)
     return evaluator.family("optimal-least", descend)[0]
 
 
-def solve(problem: Problem, budget: int | None, evaluator: Evaluator | None = None,
-          time_limit: float = 10.0) -> tuple[Scored, float | None]:
-    """The best plan found and the MILP's lower bound on recompute cost (None if no bound was proved)."""
-    evaluator = evaluator or Evaluator(problem)
-    incumbents = evaluator.family("greedy", greedy.family) + evaluator.family("mincut", mincut.family)
+def solve(problem: Problem, budget: int | None, evaluator: Evaluator) -> Scored:
+    """The cheapest plan found meeting `budget`, of the MILP's solutions (each simulated) and the incumbents: both
+    heuristics' families with their variants and the least-peak plan. Its `bound` is the MILP's lower bound on
+    recompute cost when the plan meets the budget (None when no bound was proved)."""
+    incumbents = heuristic_family(evaluator, ("greedy", "mincut")) + [least_peak(problem, evaluator)]
     if budget is None or not problem.choosable:
-        return pick(incumbents, budget), None
-    incumbents.append(least_peak(problem, evaluator, time_limit))
+        return evaluator.pick(incumbents, budget)
     model = build(problem)
     bound, limit, found = None, float(budget), []
     for _ in range(MAX_ROUNDS):
-        res = _solve(model, limit, time_limit)
+        res = _solve(model, limit, evaluator.time_limit)
         if res.x is None:
             break
         if bound is None:
@@ -195,5 +196,5 @@ def solve(problem: Problem, budget: int | None, evaluator: Evaluator | None = No
         if scored.peak <= budget:
             break
         limit -= max(scored.peak - budget, 1)
-    best = pick(found + incumbents, budget)
-    return best, bound
+    best = evaluator.pick(found + incumbents, budget)
+    return dataclasses.replace(best, bound=bound) if best.peak <= budget else best

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import sympy
 
-from .. import report
 from ..annotate import Action
 from .simulate import Timeline
 
@@ -103,27 +102,40 @@ class Plan:
 
         return fingerprint(self)
 
+    # The text views below are remat.report's, which reads these classes; they load it when first called, so that
+    # planning never imports presentation.
+
     def table(self, max_rows: int | None = None) -> str:
         """A text table: one row per decision (node, op, shape, dtype, bytes, recompute cost, action, reason), then
         totals summed from all the rows, against the baseline. `max_rows` limits the rows printed, not the totals."""
+        from .. import report
+
         return report.table(self, max_rows)
 
     def to_records(self) -> list[dict]:
         """One dict per decision, plain python values: `pandas.DataFrame(plan.to_records())` needs nothing else."""
+        from .. import report
+
         return report.records(self)
 
     def summary(self) -> str:
         """One paragraph in words: saved bytes of the baseline's, what is recomputed and its flops, peak vs budget."""
+        from .. import report
+
         return report.summary(self)
 
     def by_module(self, depth: int | None = None) -> dict[str, list[Decision]]:
         """Decisions grouped by module path ("blocks.1.attn"; "" outside any submodule), in order of first
         appearance. `depth` cuts paths to that many dotted parts, so "blocks.1.attn.attn_drop" joins
         "blocks.1.attn" at depth 3."""
+        from .. import report
+
         return report.by_module(self.decisions, depth)
 
     def module_table(self, depth: int | None = None) -> str:
         """One line per module: "blocks.1.attn: recompute softmax, mul; save native_dropout x2"."""
+        from .. import report
+
         return report.module_table(self, depth)
 
     def plot_timeline(self, ax=None, *, baseline: Timeline | None = None):

@@ -1,6 +1,6 @@
 """(joint graph, plan) → memory timeline of the forward+backward schedule.
 
-What is counted is what DESIGN.md calls activation memory: every storage the step allocates — forward activations,
+What is counted is docs/design.md's activation memory: every storage the step allocates — forward activations,
 saved values, recomputed values, backward temporaries — while parameters, inputs, tangents and the gradients the
 step returns are left out. A storage is live from the node that allocates it to the last node that reads it or any
 view of it; saved storages live on into backward until their last backward reader; forward outputs stay alive to the
@@ -48,14 +48,6 @@ class Timeline:
     def live_at_peak(self) -> list[str]:
         """Saved values whose storage is live at the peak step, in schedule order."""
         return [n for n, (a, b) in self.saved_spans.items() if a <= self.peak_step <= b]
-
-    @property
-    def forward_peak(self) -> int:
-        return max(self.live[: self.num_forward], default=0)
-
-    @property
-    def backward_peak(self) -> int:
-        return max(self.live[self.num_forward:], default=0)
 
 
 @dataclasses.dataclass(frozen=True)

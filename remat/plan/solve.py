@@ -1,26 +1,21 @@
-"""(problem, budget, solver) → Plan. The one entry point the backend and `explain` use."""
+"""(problem, budget, solver) → Plan. The one entry point the backend and `explain` use; the solvers are in the
+registry (solvers.py)."""
 from __future__ import annotations
 
-import dataclasses
-import types
 import warnings
 
 import sympy
 
 from ..annotate import Action
 from ..capture import Role
-from ..report import fmt_bytes, fmt_flops, short_op
-from . import greedy, mincut, optimal
-from .evaluate import Evaluator, Scored, pick, pick_frugal
+from ..units import fmt_bytes, fmt_flops, short_op
+from .decisions import rng_state_decision, transfer_decision
+from .evaluate import Evaluator, Scored
 from .plan import Baseline, Decision, Plan
 from .problem import Problem
-from .recipes import SAVED_OPS, recipes
-from .transfer import rng_state_decision, transfer_decision
+from .solvers import DEFAULT, Solver, named
 from .schedule import forward_order
 from .symbolic import symbolic_memory
-
-SOLVERS = ("auto", "mincut", "greedy", "optimal")
-HEAVY_OPS = SAVED_OPS | {"aten.convolution.default"}
 
 
 class BudgetError(ValueError):
@@ -29,65 +24,6 @@ class BudgetError(ValueError):
     def __init__(self, message: str, least: int | None = None):
         super().__init__(message)
         self.least = least
-
-
-def heuristic_family(evaluator: Evaluator, solver: str) -> list[Scored]:
-    """The plans a solver chooses from: the inner compiler's own plan, the hand-written recipes (recipes.py), and
-    the solver's proposals; "auto" (and "optimal", as incumbents) take greedy's and mincut's. Where random ops may
-    be replayed, the proposals made with every random op saved (what rng="save" searches) are added, so allowing
-    replay never yields a worse plan."""
-    parts = {"greedy": ("greedy",), "mincut": ("mincut",)}.get(solver, ("greedy", "mincut"))
-    builders = {"greedy": greedy.family, "mincut": mincut.family}
-    members = [evaluator.baseline()] + evaluator.family("recipes", recipe_family)
-    members += [s for part in parts for s in evaluator.family(part, builders[part])]
-    saving = _random_ops_saved(evaluator.problem)
-    if saving is not None:
-        inner = evaluator.family("rng-saved", lambda p, e: [evaluator.restricted(saving)])[0]
-        members += [s for part in parts for s in inner.family(part, builders[part])]
-    for kind, kept in _heavy_ops_saved(evaluator.problem):
-        inner = evaluator.family(f"saving {kind}", lambda p, e, kept=kept: [evaluator.restricted(kept)])[0]
-        members += heuristic_family(inner, solver)
-    return members
-
-
-def _heavy_ops_saved(problem: Problem) -> list[tuple[str, Problem]]:
-    """For each compute-heavy op kind (matmuls, attention, convolution) with a choosable output, the same problem
-    with every such output saved, as `save_ops=[kind]` would keep them: its plans join the family, so an empty
-    save list never yields a costlier plan at a budget than a one-kind list. None under a save list."""
-    if problem.constraints.kinds_saved:
-        return []
-    graph = problem.graph
-    by_kind: dict[str, set[str]] = {}
-    for name in problem.choosable:
-        if graph[name].op in HEAVY_OPS:
-            by_kind.setdefault(graph[name].op, set()).add(name)
-    return [(kind, _with_saved(problem, names, f"save_ops: {kind}", kinds_saved=True))
-            for kind, names in sorted(by_kind.items())]
-
-
-def _with_saved(problem: Problem, names: set[str], reason: str, kinds_saved: bool = False) -> Problem:
-    """`problem` with `names` saved (no longer choosable)."""
-    c = problem.constraints
-    must_save = dict(c.must_save, **{n: reason for n in names})
-    constraints = dataclasses.replace(c, must_save=types.MappingProxyType(must_save),
-                                      kinds_saved=c.kinds_saved or kinds_saved)
-    return dataclasses.replace(problem, constraints=constraints,
-                               choosable=tuple(n for n in problem.choosable if n not in names))
-
-
-def recipe_family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
-    return [evaluator.score(chosen, name) for name, chosen in recipes(problem)]
-
-
-def _random_ops_saved(problem: Problem) -> Problem | None:
-    """The same problem with every replayable random op saved, or None when no random op is choosable."""
-    graph = problem.graph
-    random_ops = set(problem.constraints.replay)
-    outputs = {u for n in random_ops if graph[n].is_multi for u in graph[n].users if graph[u].op == "getitem"}
-    replayable = (random_ops | outputs) & set(problem.choosable)
-    if not replayable:
-        return None
-    return _with_saved(problem, replayable, "rng: random op saved")
 
 
 def resolve_budget(kind: str, value: float | int | None, least: int, baseline: int) -> int | None:
@@ -102,56 +38,40 @@ def make_plan(
     problem: Problem,
     budget_kind: str,
     budget_value: float | int | None,
-    solver: str = "auto",
+    solver: str | Solver = DEFAULT,
     strict: bool = False,
-    time_limit: float = 10.0,
     evaluator: Evaluator | None = None,
-    frugal: bool = False,
 ) -> Plan:
-    """Plan one joint graph. `budget_kind` is "none", "bytes" or "fraction" (see RematConfig.memory_budget).
-    `frugal`: for a graph that later graphs of its step follow (what it keeps is live while they run, remat/step.py):
-    of the plans meeting the budget, the one under which the step would peak lowest were another graph like it to
-    follow (evaluate.pick_frugal), rather than the cheapest."""
+    """Plan one joint graph. `budget_kind` is "none", "bytes" or "fraction" (see RematConfig.memory_budget);
+    `solver` a name in solvers.SOLVERS or a callable with their signature. The evaluator carries the solver's time
+    limit and whether to pick frugally (evaluate.Evaluator; the default: 10 s, the cheapest plan)."""
     evaluator = evaluator or Evaluator(problem)
+    name, solve = named(solver)
     base = evaluator.baseline()
     baseline = Baseline(base.saved, base.peak, sum(problem.costs[n] for n in base.resolved.recomputed),
                         problem.baseline.kind)
     if budget_kind == "none":
         return _plan(problem, evaluator, base, baseline, None, None, "baseline", None)
-    # The least peak reachable by this solver's proposals (optimal's include both heuristics' as incumbents).
-    lowest = min(heuristic_family(evaluator, solver), key=lambda s: s.peak)
-    if solver == "optimal":
-        lowest = min((lowest, optimal.least_peak(problem, evaluator, time_limit)), key=lambda s: s.peak)
-    least = lowest.peak
-    budget = resolve_budget(budget_kind, budget_value, least, base.peak)
-    gap = None
-    if solver == "optimal":
-        chosen, bound = optimal.solve(problem, budget, evaluator, time_limit)
-        # The MILP run for this budget can reach below the least-peak search's result: report what was reached.
-        if chosen.peak > budget and lowest.peak < chosen.peak:
-            chosen, bound = lowest, None  # the MILP missed the budget by more than the least-peak plan does
-        incumbent = pick(heuristic_family(evaluator, solver), budget)  # the variants optimal's MILP does not see
-        if incumbent.peak <= budget and (chosen.peak > budget or incumbent.cost < chosen.cost):
-            chosen = incumbent
-        least = min(least, chosen.peak)
-        if frugal:
-            chosen, bound = pick_frugal(heuristic_family(evaluator, solver) + [chosen], budget, least), None
-        if bound is not None and chosen.cost > 0:
-            gap = max(0.0, (chosen.cost - bound) / chosen.cost)
-        elif bound is not None:
-            gap = 0.0
-    else:
-        family = heuristic_family(evaluator, solver)
-        chosen = pick_frugal(family, budget, least) if frugal else pick(family, budget)
+    lowest = solve(problem, 0, evaluator)  # no plan peaks under 0 bytes: the least-peak plan the solver finds
+    budget = resolve_budget(budget_kind, budget_value, lowest.peak, base.peak)
+    chosen = solve(problem, budget, evaluator)
+    least = min(lowest.peak, chosen.peak)  # the run for this budget may reach below the least-peak run
     if chosen.peak > budget:
         message = (
-            f"memory_budget: {fmt_bytes(budget)} cannot be met for this graph; the least peak solver={solver!r} can "
+            f"memory_budget: {fmt_bytes(budget)} cannot be met for this graph; the least peak solver={name!r} can "
             f"reach is {fmt_bytes(least)} ({least} bytes)"
         )
         if strict:
             raise BudgetError(f"{message}; strict=True: raise the budget to at least {least} bytes", least)
         warnings.warn(f"{message}; using the plan with that peak", stacklevel=2)
-    return _plan(problem, evaluator, chosen, baseline, budget, least, solver, gap)
+    return _plan(problem, evaluator, chosen, baseline, budget, least, name, _gap(chosen))
+
+
+def _gap(chosen: Scored) -> float | None:
+    """(cost - lower bound) / cost when the solver proved a bound on the cost of plans meeting the budget."""
+    if chosen.bound is None:
+        return None
+    return max(0.0, (chosen.cost - chosen.bound) / chosen.cost) if chosen.cost > 0 else 0.0
 
 
 def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, gap) -> Plan:

@@ -129,9 +129,6 @@ def reorder(gm: fx.GraphModule, order: Sequence[str]) -> fx.GraphModule:
     for node in wanted:
         emit(node)
     output = by_name[old[-1].name]
-    for node in body:
-        if node not in env and node.users:
-            pass  # emitted on demand below through the output's inputs
     for node in output.all_input_nodes:
         emit(node)
     graph.node_copy(output, env.__getitem__)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .. import _torch
 from ..capture import Role
 from ..plan.problem import Problem, Resolved
 from ..runtime import identity
@@ -157,7 +158,7 @@ def _before_users(bw: fx.GraphModule, placeholder: fx.Node, chain: list, suffix:
 
 def _fake_run(target, args):
     vals = fx.node.map_arg(args, lambda n: n.meta["val"])
-    tensor = next(v for v in torch.utils._pytree.tree_leaves(vals) if isinstance(v, torch.Tensor))
+    tensor = next(v for v in _torch.tree_leaves(vals) if isinstance(v, torch.Tensor))
     mode = getattr(tensor, "fake_mode", None)
     if mode is None:
         return target(*vals)

@@ -83,9 +83,6 @@ class ArenaPool:
             self._buffers[device] = keep
         return dropped
 
-    def buffers(self) -> int:
-        return sum(len(b) for b in self._buffers.values())
-
     def clear(self) -> None:
         self._buffers.clear()
         self._open.clear()

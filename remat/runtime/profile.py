@@ -13,6 +13,8 @@ import weakref
 
 import torch
 
+from ..units import fmt_bytes, render_table
+
 KINDS = ("recompute", "offload", "reload", "shard", "gather", "pack")
 
 
@@ -66,8 +68,6 @@ class Profile:
 
     def table(self) -> str:
         """The totals over the recorded steps, one row per kind: calls, seconds and bytes."""
-        from ..report import fmt_bytes
-
         if not self.steps:
             return "Profile: no step recorded yet"
         total = self.totals()
@@ -75,11 +75,8 @@ class Profile:
         rows = [("kind", "calls", "seconds", "bytes")]
         rows += [(kind, str(total.calls[kind]), f"{total.seconds[kind]:.6f}", fmt_bytes(total.bytes[kind]))
                  for kind in KINDS]
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
         lines = [f"Profile: totals over {steps} step{'s' if steps != 1 else ''}"]
-        for row in rows:
-            lines.append("  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]))
-        return "\n".join(lines)
+        return "\n".join(lines + render_table(rows, right_align=True))
 
     def __repr__(self) -> str:
         return self.table()

@@ -1,0 +1,82 @@
+"""torch's forward/backward partitioners: the module builder remat splits a joint graph with, and the default and
+min-cut partitioners remat compares against."""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from .guard import SUPPORTED, TorchAPIError, lookup
+
+
+def extract_fwd_bwd_modules() -> Callable[..., Any]:
+    return lookup("torch._functorch.partitioners", "_extract_fwd_bwd_modules")
+
+
+def split_joint(joint: Any, saved_values: list, saved_syms: list, saved_opaque: list, *, num_fwd_outputs: int,
+                static_lifetime_inputs: list | None = None) -> tuple[Any, Any]:
+    """torch's `_extract_fwd_bwd_modules`: the forward and backward modules of `joint` given what forward hands to
+    backward: tensors, symbolic sizes and opaque objects (process groups, device meshes, script objects: tensor
+    parallelism's DTensors carry their mesh as one). Raises TorchAPIError naming the torch version when `joint`
+    has opaque objects to hand over and this torch's function cannot take them."""
+    import inspect
+
+    import torch
+
+    extract = extract_fwd_bwd_modules()
+    parameters = inspect.signature(extract).parameters
+    kwargs: dict[str, Any] = {"num_fwd_outputs": num_fwd_outputs}
+    if static_lifetime_inputs and "static_lifetime_input_nodes" in parameters:
+        ordered_set = lookup("torch.utils._ordered_set", "OrderedSet")
+        kwargs["static_lifetime_input_nodes"] = ordered_set(static_lifetime_inputs)
+    if saved_opaque:
+        if "saved_opaque_nodes" not in parameters:
+            names = ", ".join(n.name for n in saved_opaque[:4])
+            raise TorchAPIError(
+                f"this graph hands opaque objects to backward ({names}: process groups or device meshes, as tensor "
+                f"parallelism's DTensors carry them), and torch {torch.__version__}'s "
+                "torch._functorch.partitioners._extract_fwd_bwd_modules has no saved_opaque_nodes parameter to "
+                "pass them; use a torch whose partitioner takes them (2.13 does), or compile this model with a "
+                f"plain backend (\"aot_eager\", \"inductor\"); {SUPPORTED}")
+        kwargs["saved_opaque_nodes"] = list(saved_opaque)
+    return extract(joint, saved_values, saved_syms, **kwargs)
+
+
+def default_partition(joint: Any, joint_inputs: Any, *, num_fwd_outputs: int) -> tuple[Any, Any]:
+    """torch's default partitioner (saves what the backward reads, recomputes nothing): (forward, backward)."""
+    partition = lookup("torch._functorch.partitioners", "default_partition")
+    return partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+
+
+def min_cut_partition(joint: Any, num_fwd_outputs: int,
+                      static_lifetime_input_indices: Any = None) -> tuple[Any, Any, tuple[str, ...]]:
+    """torch's min-cut partitioner, as plain `torch.compile` with inductor runs it, on a copy of `joint` (it rewrites
+    the graph it is given): (forward module, backward module, names of the saved nodes, symbolic sizes included)."""
+    import copy
+
+    import torch.fx as fx
+
+    min_cut = lookup("torch._functorch.partitioners", "min_cut_rematerialization_partition")
+    # A copy of the graph (node metadata shared, fake tensors not copied) under the same root module.
+    copied = fx.GraphModule(joint, copy.deepcopy(joint.graph))
+    fw, bw = min_cut(copied, None, compiler="inductor", num_fwd_outputs=num_fwd_outputs,
+                     static_lifetime_input_indices=static_lifetime_input_indices)
+    outputs = fw.graph.find_nodes(op="output")[0].args[0]
+    saved = tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))
+    return fw, bw, saved
+
+
+def min_cut_cse(joint: Any) -> None:
+    """Merge repeated computations of `joint` in place, as torch's min-cut partitioner does before it partitions
+    (when torch._functorch.config.cse is on): a backward op that repeats a forward op then reads the forward value,
+    so remat plans the same graph plain `torch.compile` with inductor partitions."""
+    if not getattr(importlib.import_module("torch._functorch.config"), "cse", False):
+        return
+    joint.graph.eliminate_dead_code()
+    joint.graph = lookup("torch._functorch.compile_utils", "fx_graph_cse")(joint.graph)
+    joint.recompile()
+
+
+def activation_memory_budget(budget: float) -> Any:
+    """A context in which torch's own partitioner works to `activation_memory_budget=budget` (a fraction of the
+    saved bytes), restored when it ends."""
+    return importlib.import_module("torch._functorch.config").patch(activation_memory_budget=budget)
