@@ -183,25 +183,38 @@ def at_torch_peaks(rows: list[dict[str, Any]], budgets: Iterable[float]) -> Find
                    f"row: {_join(parts)}.")
 
 
-def none_vs_plain(rows: list[dict[str, Any]], inner: str) -> Finding:
-    """remat with no budget against the plain compiled row: with no budget remat keeps what the inner compiler's
-    own partition keeps, so its measured peak may be at most ``NONE_PEAK_SLACK`` x the plain row's."""
+def _peak_ratios(pairs: Iterable[tuple[str, Any, Any]], limit: float, digits: int) -> tuple[list[str], list[str]]:
+    """Per (model, remat row, reference row) with both measured: the measured-peak comparison as text, and the
+    models where the ratio exceeds `limit`."""
     parts, over = [], []
-    for model in _models(rows):
-        r, c = _row(rows, model, "remat None"), _row(rows, model, inner)
+    for model, r, c in pairs:
         if r is None or c is None:
             continue
         ratio = r["measured_peak_bytes"] / c["measured_peak_bytes"]
-        if ratio > NONE_PEAK_SLACK:
-            over.append(f"{model} ({ratio:.3f}×)")
-        parts.append(f"{model}: {_mib(r['measured_peak_bytes'])} vs {_mib(c['measured_peak_bytes'])} ({ratio:.3f}×)")
+        if ratio > limit:
+            over.append(f"{model} ({_mib(r['measured_peak_bytes'] - c['measured_peak_bytes'])} above, "
+                        f"{ratio:.{digits}f}×)")
+        parts.append(f"{model}: {_mib(r['measured_peak_bytes'])} vs {_mib(c['measured_peak_bytes'])} "
+                     f"({ratio:.{digits}f}×)")
+    return parts, over
+
+
+def _verdict(name: str, claim: str, parts: list[str], over: list[str], missing: str) -> Finding:
     if not parts:
-        return Finding("none_vs_plain", None, f"`remat None` and `{inner}` rows not both measured.")
-    text = (f"`remat None` (no budget) measured peak ≤ {NONE_PEAK_SLACK} × plain `{inner}`'s on every model: "
-            f"{_yes(not over)} — {_join(parts)}")
+        return Finding(name, None, missing)
+    text = f"{claim}: {_yes(not over)} — {_join(parts)}"
     if over:
         text += f". Above on {len(over)} of {len(parts)} models: " + ", ".join(over)
-    return Finding("none_vs_plain", not over, text + ".")
+    return Finding(name, not over, text + ".")
+
+
+def none_vs_plain(rows: list[dict[str, Any]], inner: str) -> Finding:
+    """remat with no budget against the plain compiled row: with no budget remat keeps what the inner compiler's
+    own partition keeps, so its measured peak may be at most ``NONE_PEAK_SLACK`` x the plain row's."""
+    pairs = [(model, _row(rows, model, "remat None"), _row(rows, model, inner)) for model in _models(rows)]
+    parts, over = _peak_ratios(pairs, NONE_PEAK_SLACK, 3)
+    return _verdict("none_vs_plain", f"`remat None` (no budget) measured peak ≤ {NONE_PEAK_SLACK} × plain "
+                    f"`{inner}`'s on every model", parts, over, f"`remat None` and `{inner}` rows not both measured.")
 
 
 def none_vs_plain_time(rows: list[dict[str, Any]], inner: str) -> Finding:
@@ -246,24 +259,15 @@ def _time_ratio(r: dict[str, Any], ref: dict[str, Any], limit: float) -> tuple[f
 
 def least_vs_per_block(rows: list[dict[str, Any]]) -> Finding:
     """Per model: remat's least peak (fraction 0.0) against the per-block checkpoint row, both measured."""
-    parts, over = [], []
-    for model in _models(rows):
-        r = next((r for r in _ok(rows) if r["model"] == model and r["kind"] == "remat" and not r.get("options")
-                  and r.get("budget_kind") == "fraction" and r["budget"] == 0.0), None)
-        c = _row(rows, model, PER_BLOCK)
-        if r is None or c is None:
-            continue
-        ratio = r["measured_peak_bytes"] / c["measured_peak_bytes"]
-        if ratio > 1.0:
-            over.append(f"{model} ({_mib(r['measured_peak_bytes'] - c['measured_peak_bytes'])} above, {ratio:.2f}×)")
-        parts.append(f"{model}: {_mib(r['measured_peak_bytes'])} vs {_mib(c['measured_peak_bytes'])} ({ratio:.2f}×)")
-    if not parts:
-        return Finding("least_vs_per_block", None, f"`remat fraction 0.0` and `{PER_BLOCK}` rows not both measured.")
-    text = (f"remat's least peak (fraction 0.0) ≤ per-block checkpoint's (`{PER_BLOCK}`) measured peak on every "
-            f"model: {_yes(not over)} — {_join(parts)}")
-    if over:
-        text += f". Above on {len(over)} of {len(parts)} models: " + ", ".join(over)
-    return Finding("least_vs_per_block", not over, text + ".")
+    def least(model: str) -> dict[str, Any] | None:
+        return next((r for r in _ok(rows) if r["model"] == model and r["kind"] == "remat" and not r.get("options")
+                     and r.get("budget_kind") == "fraction" and r["budget"] == 0.0), None)
+
+    pairs = [(model, least(model), _row(rows, model, PER_BLOCK)) for model in _models(rows)]
+    parts, over = _peak_ratios(pairs, 1.0, 2)
+    return _verdict("least_vs_per_block", f"remat's least peak (fraction 0.0) ≤ per-block checkpoint's "
+                    f"(`{PER_BLOCK}`) measured peak on every model", parts, over,
+                    f"`remat fraction 0.0` and `{PER_BLOCK}` rows not both measured.")
 
 
 def _recipe_pairs(rows: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:

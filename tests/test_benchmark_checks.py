@@ -58,7 +58,7 @@ def test_none_vs_plain_peak_allows_two_percent():
     plain = row("inductor", "compiled", 100)
     assert checks.none_vs_plain([plain, remat_row("remat None", 102, 102)], "inductor").ok is True
     found = checks.none_vs_plain([plain, remat_row("remat None", 103, 103)], "inductor")
-    assert found.ok is False and "Above on 1 of 1 models: m (1.030×)" in found.text
+    assert found.ok is False and "Above on 1 of 1 models: m (3.0 MiB above, 1.030×)" in found.text
 
 
 def test_none_vs_plain_time_allows_three_percent_and_reports_the_rows_spread():
