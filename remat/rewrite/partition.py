@@ -14,6 +14,7 @@ from .. import _torch
 from ..capture import COLLECTIVE_NAMESPACES, Role
 from ..plan.problem import Problem, Resolved
 from ..plan.schedule import backward_order, forward_order
+from .marks import MARK
 from .profile import mark_recomputation, mark_step
 from .rng import replay_random_ops
 from .transfer import Runtime, move_saved
@@ -103,9 +104,10 @@ def reorder(gm: fx.GraphModule, order: Sequence[str]) -> fx.GraphModule:
     `order` run just before their first user). Inputs always precede their users."""
     old = list(gm.graph.nodes)
     by_name = {n.name: n for n in old}
-    # A random op's backward copy (and the values computed from it) carry a "_replay" suffix: same schedule slot.
+    # A random op's backward copy (and the values computed from it) take the schedule slot of the node it replays.
     rank = {name: i for i, name in enumerate(order)}
-    rank.update({f"{name}_replay": i for name, i in rank.items() if f"{name}_replay" in by_name})
+    replays = {n.name: n.meta[MARK][1] for n in old if n.meta.get(MARK, ("",))[0] == "replay"}
+    rank.update({name: rank[of] for name, of in replays.items() if of in rank})
     body = [n for n in old if n.op not in ("placeholder", "output")]
     wanted = sorted((n for n in body if n.name in rank), key=lambda n: rank[n.name])
     graph = fx.Graph()

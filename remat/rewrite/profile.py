@@ -5,6 +5,7 @@ import torch
 import torch.fx as fx
 
 from ..plan.problem import Problem, Resolved
+from .marks import MARK
 
 
 def mark_recomputation(bw: fx.GraphModule, problem: Problem, resolved: Resolved, profile_id: int) -> None:
@@ -37,10 +38,10 @@ def mark_recomputation(bw: fx.GraphModule, problem: Problem, resolved: Resolved,
 
 
 def _kind(node: fx.Node, resolved: Resolved) -> str | None:
-    name = node.name
-    if name.endswith("_gather") or "_gather_" in name:
+    added = node.meta.get(MARK, ("", ""))[0]
+    if added == "gather":
         return "gather"
-    if name in resolved.recomputed or name.endswith("_replay"):
+    if node.name in resolved.recomputed or added == "replay":
         return "recompute"
     return None
 

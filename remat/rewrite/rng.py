@@ -17,6 +17,7 @@ from .. import _torch
 from ..annotate import rng_state_bytes
 from ..capture import Role
 from ..plan.problem import Problem, Resolved
+from .marks import MARK
 
 
 def replay_random_ops(joint: fx.GraphModule, problem: Problem, resolved: Resolved) -> tuple[fx.GraphModule,
@@ -74,6 +75,7 @@ def _backward_copies(gm: fx.GraphModule, calls, run_with, graph, recomputed) -> 
             else:
                 copy = gm.graph.node_copy(node, lambda a: copies.get(a, a))
         copy.name = f"{node.name}_replay"
+        copy.meta[MARK] = ("replay", node.name)
         copies[node] = copy
     for original, copy in copies.items():
         for user in list(original.users):

@@ -19,6 +19,7 @@ from .. import _torch
 from ..capture import Role
 from ..plan.problem import Problem, Resolved
 from ..runtime import identity
+from .marks import MARK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +151,7 @@ def _before_users(bw: fx.GraphModule, placeholder: fx.Node, chain: list, suffix:
         for step, (op, make_args) in enumerate(chain):
             node = bw.graph.call_function(op, make_args(current))
             node.name = f"{placeholder.name}_{suffix}" + (f"_{step}" if step else "")
+            node.meta[MARK] = (suffix, placeholder.name)
             node.meta["val"] = _fake_run(op, node.args)
             current = node
     for user in users:
