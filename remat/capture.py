@@ -143,7 +143,7 @@ COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional")
 
 def _tags(node: fx.Node) -> frozenset[str]:
     target = node.target
-    names = set()
+    names: set[str] = set()
     if isinstance(target, torch._ops.OpOverload):
         names.update(str(t).split(".")[-1] for t in target.tags)
         if target._schema.is_mutable:
