@@ -12,11 +12,11 @@ import os
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep the CPU profiler's start/stop log lines out of the outputs
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-import warnings  # noqa: E402
-from collections.abc import Callable, Mapping  # noqa: E402
-from typing import Any  # noqa: E402
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
 
-import torch  # noqa: E402
+import torch
 
 # torch 2.13's pytree deprecation, raised when a compiled graph's input/output specs are deep-copied
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
