@@ -2,10 +2,14 @@
 
 Run by 04_offload_and_partition.ipynb (python partition_worker.py); prints one line per rank.
 """
+
 import copy
 import socket
 import sys
 
+from helpers import MIB, gradients, mean_square, mismatched, train_step
+
+# isort: split
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -14,24 +18,18 @@ import remat
 from remat.zoo import MLP, make_mlp_batch
 
 
-def train_step(module, x):
-    torch.manual_seed(0)
-    loss = module(x).square().mean()
-    loss.backward()
-    return loss.detach(), [p.grad.clone() for p in module.parameters()]
-
-
 def rank_step(rank, world, port, queue):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.manual_seed(0)
     model, x = MLP(width=512, depth=4), make_mlp_batch(512, batch=64)
-    eager_loss, eager_grads = train_step(copy.deepcopy(model), x)
+    eager = copy.deepcopy(model)
+    eager_loss = train_step(eager, x, loss_fn=mean_square)
     compiled = torch.compile(copy.deepcopy(model), backend="remat",
                              options={"partition": "world", "inner": "aot_eager"})
-    loss, grads = train_step(compiled, x)
+    loss = train_step(compiled, x, loss_fn=mean_square)
     plan = remat.last_plan()
-    same = torch.equal(loss, eager_loss) and all(torch.equal(a, b) for a, b in zip(grads, eager_grads))
-    queue.put((rank, f"rank {rank}: saves {plan.saved_bytes / 2**20:.2f} MiB ({len(plan.partitioned)} values "
+    same = torch.equal(loss, eager_loss) and not mismatched(gradients(compiled), gradients(eager))
+    queue.put((rank, f"rank {rank}: saves {plan.saved_bytes / MIB:.2f} MiB ({len(plan.partitioned)} values "
                      f"partitioned), plan {plan.fingerprint()}, gradients equal to eager: {same}"))
     dist.destroy_process_group()
 

@@ -49,7 +49,9 @@ def last_graphs() -> tuple[fx.GraphModule, fx.GraphModule]:
     """The (forward, backward) modules remat built for the most recent graph, before the inner compiler: read
     `.code` to see every save, recompute, offload/reload, shard/gather and arena store."""
     if not _graphs:
-        raise RuntimeError("remat.last_graphs(): nothing has been compiled with remat yet; call the compiled model once")
+        raise RuntimeError(
+            "remat.last_graphs(): nothing has been compiled with remat yet; call the compiled model once"
+        )
     return _graphs[-1]
 
 
@@ -104,7 +106,7 @@ class Partitioner:
         what the step's earlier graphs keep for backward."""
         config, step = self.config, self.step
         frame = _torch.current_compile_frame() if step is not None and config.budget_kind() == "bytes" else None
-        if frame is None:
+        if frame is None or step is None:
             return plan_joint(joint, num_fwd_outputs, config, self.hooked, static)
         if self.slot is None:  # a graph partitioned again keeps its place
             self.slot = step.slot(frame, input_shapes(joint))

@@ -138,7 +138,7 @@ COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional")
 
 def _tags(node: fx.Node) -> frozenset[str]:
     target = node.target
-    names = set()
+    names: set[str] = set()
     if isinstance(target, _torch.OpOverload):
         names.update(str(t).split(".")[-1] for t in target.tags)
         if _torch.is_mutable_op(target):

@@ -99,8 +99,12 @@ def _cpu_memory_events(prof: profile) -> list[tuple[int, int, int]]:
     The flat kineto events (name ``"[memory]"``) carry bytes but no address; the event tree's allocation records
     carry both, so they are used.
     """
-    found = []
-    stack = list(reversed(prof.profiler.kineto_results.experimental_event_tree()))
+    found: list[tuple[int, int, int, int]] = []  # (time_ns, record order, address, signed bytes)
+    results = prof.profiler.kineto_results if prof.profiler is not None else None
+    if results is None:
+        raise RuntimeError("remat.measure: the profiler holds no results; read its events after it has stopped")
+    # The tree's events hold a union of per-tag field types; the tag test below picks the allocations' fields.
+    stack: list[Any] = list(reversed(results.experimental_event_tree()))
     while stack:  # pre-order walk, so events stamped with the same nanosecond keep the order they were recorded in
         event = stack.pop()
         stack.extend(reversed(event.children))

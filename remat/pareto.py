@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
@@ -116,7 +117,7 @@ def pareto(
     budgets: Sequence[float | int | str | None] = (1.0, 0.75, 0.5, 0.25, 0.0),
     solvers: Sequence[str] = ("auto",),
     measure: bool = False,
-    inner: str = "aot_eager",
+    inner: Literal["inductor", "aot_eager", "eager"] = "aot_eager",
     loss_fn: Callable[..., torch.Tensor] | None = None,
     repeat: int = 3,
     **fields: Any,
@@ -137,7 +138,8 @@ def pareto(
             raise TypeError(f"pareto: {option} is set per row; pass budgets=[...], solvers=[...] and inner=... instead")
     if not budgets or not solvers:
         raise ValueError(f"pareto: budgets={budgets!r} and solvers={solvers!r} must each name at least one value")
-    configs = [RematConfig(memory_budget=b, solver=s, inner=inner, **fields) for s in solvers for b in budgets]
+    configs = [RematConfig(memory_budget=b, solver=s, inner=inner, **fields)  # type: ignore[arg-type]  # names checked by RematConfig
+               for s in solvers for b in budgets]
     target = copy.deepcopy(model) if isinstance(model, nn.Module) else model
     captured = capture_joints(_bind(target, loss_fn), *inputs, inner=inner)
     if len(captured) != 1:
@@ -154,7 +156,8 @@ def pareto(
         ref_peak, ref_ms = _measure(lambda fn: torch.compile(fn, backend=inner), model, inputs, loss_fn, repeat)
         measured = []
         for row, c in zip(rows, configs):
-            peak, ms = _measure(lambda fn, c=c: remat_compile(fn, **_fields(c)), model, inputs, loss_fn, repeat)
+            build = functools.partial(remat_compile, **_fields(c))
+            peak, ms = _measure(build, model, inputs, loss_fn, repeat)
             measured.append(dataclasses.replace(row, measured_peak_bytes=peak, step_ms=ms, step_ratio=ms / ref_ms))
     return dataclasses.replace(result, rows=tuple(measured), reference_step_ms=ref_ms, reference_peak_bytes=ref_peak)
 

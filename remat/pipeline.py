@@ -81,6 +81,7 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
         plan = dataclasses.replace(plan, notes=plan.notes + (
             f"{count} checkpoint region(s) marked in the model were not imposed: memory_budget decides",))
     resolved = plan.resolved  # the sets the simulator scored are the sets the rewrite builds
+    assert resolved is not None  # make_plan's plans carry them
     if config.debug:
         check_plan(plan)
     return Planned(plan, problem, resolved, modules)

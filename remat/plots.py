@@ -11,7 +11,7 @@ as in `Plan.table`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .plan.simulate import RECOMPUTE, Timeline
 from .units import MIB
@@ -42,7 +42,7 @@ def mflop(flops: int | float) -> float:
 
 def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
     if ax is not None:
-        return ax.get_figure(root=True), ax
+        return cast("Figure", ax.get_figure(root=True)), ax  # an Axes' root figure exists
     try:
         from matplotlib.figure import Figure
     except ImportError as e:  # matplotlib is an optional dependency
@@ -147,8 +147,11 @@ def plot_pareto(result: ParetoResult, ax: Axes | None = None,
     fig, ax = _axes(ax, (6.5, 4.5))
     for solver in dict.fromkeys(r.solver for r in result.rows):
         rows = [r for r in result.rows if r.solver == solver]
-        if measured:
-            xs, ys = [mib(r.measured_peak_bytes) for r in rows], [r.step_ratio for r in rows]
+        xs: list[float]
+        ys: list[float]
+        if measured:  # result.measured (checked above): every row has both
+            xs = [mib(r.measured_peak_bytes) for r in rows if r.measured_peak_bytes is not None]
+            ys = [r.step_ratio for r in rows if r.step_ratio is not None]
         else:
             xs, ys = [mib(r.peak_bytes) for r in rows], [mflop(r.recompute_flops) for r in rows]
         ax.plot(xs, ys, marker="o", label=solver)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import sympy
 import torch
@@ -75,7 +75,7 @@ def max_batch(
     start: int = 1,
     limit: int = 1 << 16,
     measure: bool = True,
-    inner: str = "aot_eager",
+    inner: Literal["inductor", "aot_eager", "eager"] = "aot_eager",
     loss_fn: Callable[[Any], torch.Tensor] = default_loss,
     hint: int = 4,
     **fields: Any,

@@ -191,7 +191,9 @@ def plan_in_step(step: StepLedger, slot: Slot, joint: fx.GraphModule, num_fwd_ou
     """Plan the joint graph at `slot` of the step under config's byte budget less what the step's earlier graphs
     keep for backward, and note what this graph keeps. `followed`: later graphs of the step run after this one, so
     it leaves room for them (plan/evaluate.pick_frugal). The Plan's `step_share` and notes tell the split."""
-    share = step.share(slot, config.budget_bytes(), activation_inputs(joint, static_inputs), followed)
+    step_budget = config.budget_bytes()
+    assert step_budget is not None  # a step's graphs share a byte budget only
+    share = step.share(slot, step_budget, activation_inputs(joint, static_inputs), followed)
     alone = dataclasses.replace(config, memory_budget=share.graph_budget)
     try:
         planned = plan_joint(joint, num_fwd_outputs, alone, hooked, static_inputs, frugal=followed)

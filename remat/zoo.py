@@ -53,14 +53,16 @@ def _init_weights(model: nn.Module, seed: int, std: float) -> None:
         for module in model.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, mean=0.0, std=std, generator=gen)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
+                bias = getattr(module, "bias", None)  # nn.Embedding has none
+                if bias is not None:
+                    nn.init.zeros_(bias)
             elif isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
 
 
 class CausalSelfAttention(nn.Module):
+    causal_mask: torch.Tensor  # a buffer
     """Multi-head causal self-attention written with plain ops (no fused SDPA kernel)."""
 
     def __init__(self, config: GPTConfig) -> None:
@@ -197,6 +199,8 @@ class LlamaBlock(nn.Module):
 
 
 class Llama(nn.Module):
+    cos: torch.Tensor  # buffers: the rotary embedding's angles
+    sin: torch.Tensor
     """Llama-style decoder; ``forward(idx)`` maps token ids ``(B, T)`` to logits. ``config.dropout`` is unused."""
 
     def __init__(self, config: GPTConfig = GPTConfig(dropout=0.0), seed: int = 0) -> None:

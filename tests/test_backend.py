@@ -87,7 +87,8 @@ def test_last_plan_before_any_compile(monkeypatch):
 
 def test_no_global_torch_config_left_changed():
     before = (torch._inductor.config.custom_partitioner_fn, torch._functorch.config.activation_memory_budget)
-    torch.compile(CosMM(), backend="remat", options={"memory_budget": 0.0, "inner": "aot_eager"})(cosmm_input()).backward()
+    options = {"memory_budget": 0.0, "inner": "aot_eager"}
+    torch.compile(CosMM(), backend="remat", options=options)(cosmm_input()).backward()
     after = (torch._inductor.config.custom_partitioner_fn, torch._functorch.config.activation_memory_budget)
     assert before == after
 

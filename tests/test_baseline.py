@@ -66,7 +66,8 @@ def test_none_under_inductor_costs_what_plain_inductor_costs():
             for p in m.parameters():
                 p.grad = None
             torch.manual_seed(0)
-            peak = remat.peak_memory(lambda: step(idx, tgt).backward(), exclude=lambda: [p.grad for p in m.parameters()])
+            peak = remat.peak_memory(lambda: step(idx, tgt).backward(),
+                                     exclude=lambda: [p.grad for p in m.parameters()])
         results[backend] = (peak, [p.grad.clone() for p in m.parameters()])
         torch._dynamo.reset()
     assert results["remat"][0] == results["inductor"][0]

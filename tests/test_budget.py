@@ -85,7 +85,8 @@ def test_plans_are_deterministic(joint):
 
 def test_strict_raises_through_torch_compile():
     model, x = CosMM(), cosmm_input()
-    compiled = torch.compile(model, backend="remat", options={"memory_budget": MIB, "strict": True, "inner": "aot_eager"})
+    compiled = torch.compile(model, backend="remat",
+                             options={"memory_budget": MIB, "strict": True, "inner": "aot_eager"})
     with pytest.raises(Exception, match="strict=True"):
         compiled(x)
 

@@ -1,6 +1,7 @@
-"""Under inductor (whose min-cut partition may save them), a value the joint graph traces in its backward part but computes from forward values alone (cos's derivative
-sin(x)) runs in the forward as soon as its inputs exist when the plan saves it, so the values it reads are released
-where they would be without it — in the schedule the simulation scores and in the forward module that runs."""
+"""Under inductor (whose min-cut partition may save them), a value the joint graph traces in its backward part but
+computes from forward values alone (cos's derivative sin(x)) runs in the forward as soon as its inputs exist when the
+plan saves it, so the values it reads are released where they would be without it — in the schedule the simulation
+scores and in the forward module that runs."""
 from __future__ import annotations
 
 import dataclasses

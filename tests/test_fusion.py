@@ -149,7 +149,8 @@ def test_recomputation_from_saved_values_alone_is_allocated_with_their_first_bac
     assert span_f[1] < span_e[1]
     steps = life_f.fw + life_f.bw
     h = fused.problem.arrays.index[_by_op(fused, "aten.mm.default")[0]]
-    first_read = min(p for p, node in enumerate(steps) if p >= len(life_f.fw) and h in fused.problem.arrays.inputs[node])
+    reads_h = fused.problem.arrays.inputs
+    first_read = min(p for p, node in enumerate(steps) if p >= len(life_f.fw) and h in reads_h[node])
     assert span_f[1] == first_read
 
 

@@ -31,7 +31,8 @@ def gpt_tokens(batch, seq=SEQ):
 def planned(captured, budget):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # infeasible budgets: the least-peak plan, as intended here
-        return plan_joint(captured.joint, captured.num_fwd_outputs, RematConfig(memory_budget=budget, inner="aot_eager"))
+        config = RematConfig(memory_budget=budget, inner="aot_eager")
+        return plan_joint(captured.joint, captured.num_fwd_outputs, config)
 
 
 def decisions(plan):

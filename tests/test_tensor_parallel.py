@@ -399,7 +399,8 @@ def test_peak_memory_leaves_out_dtensor_gradients(ranks):
 
 def value(name, index, role, op="aten.mm.default", inputs=(), subclass_attr="", group=""):
     return Value(name=name, index=index, role=role, op=op, inputs=inputs, users=(), nbytes=4096,
-                 nbytes_expr=sympy.Integer(4096), storage=name, is_tensor=True, is_view=False, is_multi=False, shape=(32, 32),
+                 nbytes_expr=sympy.Integer(4096), storage=name, is_tensor=True, is_view=False, is_multi=False,
+                 shape=(32, 32),
                  dtype="float32", module_path="", tags=frozenset(), device="cpu", subclass_attr=subclass_attr,
                  group=group)
 
@@ -503,8 +504,8 @@ def test_torchrun_example_runs_on_two_cpu_ranks():
                           "examples/tp_fsdp.py", "--small"], cwd=root, env=env, capture_output=True, text=True,
                          timeout=180)
     assert run.returncode == 0, run.stderr[-4000:]
-    heads = re.findall(r"^rank (\d) \(dp 0/1, tp (\d)/2\): loss ([\d.]+), memory_budget 1536KiB, (\d+) graph", run.stdout,
-                       re.M)
+    heads = re.findall(r"^rank (\d) \(dp 0/1, tp (\d)/2\): loss ([\d.]+), memory_budget 1536KiB, (\d+) graph",
+                       run.stdout, re.M)
     assert [(rank, tp) for rank, tp, _, _ in heads] == [("0", "0"), ("1", "1")], run.stdout
     assert heads[0][2] == heads[1][2]  # the tensor-parallel ranks compute one loss
     graphs = int(heads[0][3])

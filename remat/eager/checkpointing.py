@@ -119,7 +119,9 @@ def _model_parallel(mpu: Any) -> Partition | None:
     """The group `mpu` shards over; None without model parallelism (one partition: the whole tensor)."""
     if mpu is None:
         return None
-    rank, world, group = (getattr(mpu, m)() for m in _mpu_methods(mpu))
+    methods = _mpu_methods(mpu)
+    assert methods is not None  # checked where mpu is given
+    rank, world, group = (getattr(mpu, m)() for m in methods)
     return Partition(rank, world, group)
 
 

@@ -124,6 +124,7 @@ class Region:
                                "offloads its inputs are not supported; turn offload off for this region")
         record = profiles.lookup(o.stash.profile_id)
         start = time.perf_counter()
+        assert self.stash is not None  # set by the forward run that recomputation follows
         args, kwargs = self.stash.load(self.where)
         devices = {t.device for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
         _sync(o.stash.sync, devices)

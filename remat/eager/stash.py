@@ -106,6 +106,7 @@ class Stash:
                     x = torch.ops.remat.reload(x, leaf.device, o.profile_id, o.sync)
                 if leaf.sharded:
                     p = o.partition
+                    assert p is not None  # values are sharded only under a partition
                     x = gather_shards(x, leaf.shape, p.world, p.group, o.profile_id, o.sync)
                 else:  # a fresh view: the kept tensor itself is never handed out
                     x = x.view(leaf.shape)

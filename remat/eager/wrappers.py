@@ -127,7 +127,7 @@ def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False,
         raise TypeError(f"checkpoint_wrapper(module={module!r}): expected an nn.Module")
     if maintain_forward_counter:
         for child in module.modules():
-            child._checkpoint_fwd_counter = 0
+            child._checkpoint_fwd_counter = 0  # type: ignore[assignment]  # nn.Module types attributes as Tensor | Module
     return _patch(module, Spec("remat.checkpoint_wrapper", offload=bool(offload_to_cpu),
                                forward_counter=bool(maintain_forward_counter)))
 
@@ -151,7 +151,7 @@ def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum | 
     `auto_wrap_policy` selects, is replaced by `checkpoint_wrapper_fn(submodule)`, children first. The default
     wrapper is remat's `checkpoint_wrapper`; another callable (torch's own wrapper, say) is used as given.
     """
-    torch_form = (checkpoint_wrapper_fn, check_fn, auto_wrap_policy)
+    torch_form: tuple[Any, Any, Any] = (checkpoint_wrapper_fn, check_fn, auto_wrap_policy)
     if callable(variant) and not isinstance(variant, (str, enum.Enum)):  # torch's form, positionally
         if any(a is not None for a in torch_form) or save_ops is not None:
             raise TypeError("apply_activation_checkpointing: torch's form takes (model, checkpoint_wrapper_fn, "
@@ -189,8 +189,9 @@ def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum | 
         raise ValueError("ac_freq=None: variant 'selective_layer' needs ac_freq, a positive int")
     saved = _save_set(DEFAULT_SAVE_OPS if save_ops is None else save_ops) if kind == "selective_op" else ()
     spec = Spec(f"remat.apply_activation_checkpointing({kind})", save_ops=saved)
+    period = 1 if ac_freq is None else ac_freq  # checked above: set for "selective_layer"
     for index, layer in enumerate(layers):
-        if kind == "selective_layer" and (index + 1) % ac_freq:
+        if kind == "selective_layer" and (index + 1) % period:
             continue
         _patch(layer, spec)
     return model
@@ -251,10 +252,18 @@ class CheckpointedForward:
             preserve_rng_state=spec.preserve_rng_state, stash=StashOptions(offload=spec.offload),
             save_ops=frozenset(resolve_op(name) for name in spec.save_ops))
 
+    def _live_module(self) -> nn.Module:
+        module = self._module()
+        if module is None:
+            raise RuntimeError(f"{self.spec.where}: the module whose forward this is no longer exists")
+        return module
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        module, s = self._module(), self.spec
+        module, s = self._live_module(), self.spec
         if s.strategy is not None:
-            return checkpoint_sequential(module, *args, strategy=s.strategy, preserve_rng_state=s.preserve_rng_state,
+            assert isinstance(module, nn.Sequential)  # strategy is set for nn.Sequential only
+            (x,) = args  # nn.Sequential's forward takes one input
+            return checkpoint_sequential(module, x, strategy=s.strategy, preserve_rng_state=s.preserve_rng_state,
                                          pack_args_as_tuple=s.pack_args_as_tuple)
         original = self.inner if self.inner is not None else functools.partial(type(module).forward, module)
         if s.forward_counter and torch.is_grad_enabled() and not torch.is_inference_mode_enabled() \
@@ -263,7 +272,7 @@ class CheckpointedForward:
         return region.run(original, args, kwargs, self.options, s.where)
 
     def __deepcopy__(self, memo: dict) -> "CheckpointedForward":
-        module = self._module()
+        module = self._live_module()
         return CheckpointedForward(memo.get(id(module), module), self.spec, copy.deepcopy(self.inner, memo))
 
     def __reduce__(self):
@@ -283,7 +292,7 @@ class _ForwardCounter:
         self.ran = True
         for child in self.module.modules():
             if hasattr(child, "_checkpoint_fwd_counter"):
-                child._checkpoint_fwd_counter += step
+                child._checkpoint_fwd_counter += step  # type: ignore[operator,assignment]  # an int, not Tensor | Module
         return out
 
 

@@ -48,8 +48,7 @@ def _check_structure(problem: Problem, resolved: Resolved, backward: list[str] |
     if forced:
         raise PlanInvariantError(f"must-save values recomputed: {sorted(forced)}")
     order = backward_order(problem, resolved) if backward is None else backward
-    seen: set[str] = set()
-    twice = sorted({n for n in order if n in seen or seen.add(n)})
+    twice = sorted(n for n, count in collections.Counter(order).items() if count > 1)
     if twice:
         raise PlanInvariantError(f"recomputed twice in the backward schedule: {twice}")
     fw = set(forward_order(problem, resolved))

@@ -69,7 +69,8 @@ class Problem:
 
     def solver_cost(self, name: str) -> float:
         """Recompute cost as solvers weigh it: the flop cost scaled by a soft user preference."""
-        scale = PREFERENCE_SCALE.get(self.constraints.preference.get(name), 1.0)
+        preference = self.constraints.preference.get(name)
+        scale = 1.0 if preference is None else PREFERENCE_SCALE.get(preference, 1.0)
         return self.costs[name] * scale
 
     def resolve(self, chosen: Iterable[str]) -> Resolved:

@@ -89,8 +89,11 @@ def recipes(problem: Problem) -> list[tuple[str, frozenset[str]]]:
     core = _attention_core(problem)
     if core:
         out.append(("Megatron selective (attention core)", core))
-    seen: set[frozenset[str]] = set()
-    return [(name, chosen) for name, chosen in out if chosen and not (chosen in seen or seen.add(chosen))]
+    unique: dict[frozenset[str], str] = {}  # the first name of each distinct, non-empty set
+    for name, chosen in out:
+        if chosen:
+            unique.setdefault(chosen, name)
+    return [(name, chosen) for chosen, name in unique.items()]
 
 
 def _attention_core(problem: Problem) -> frozenset[str]:

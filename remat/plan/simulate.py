@@ -247,7 +247,7 @@ def _unused_outputs(problem: Problem, fw: list[int], bw: list[int], recomputed) 
     step)."""
     a = problem.arrays
     getitems, nbytes, workspace = a.getitems, a.nbytes, a.workspace
-    spans = []
+    spans: list[tuple[int, int, int]] = []
     taken = set(fw)
     for pos, i in enumerate(fw):
         spans.extend((g, pos, pos) for g in getitems[i] if g not in taken and nbytes[g])
