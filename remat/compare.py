@@ -81,11 +81,14 @@ def _gap(gap: float | None) -> str:
     return "inf" if gap == float("inf") else f"{100 * gap:+.1f}%"
 
 
+_ALL_BUT_DEFAULT = tuple(name for name in SOLVERS if name != DEFAULT)
+
+
 def compare_solvers(
     model: Callable[..., Any],
     *inputs: Any,
     memory_budget: Any,
-    solvers: Sequence[str | Solver] = tuple(name for name in SOLVERS if name != DEFAULT),
+    solvers: Sequence[str | Solver] = _ALL_BUT_DEFAULT,
     **fields: Any,
 ) -> SolverComparison:
     """Plan `model(*inputs)` with each solver under `memory_budget` and the other RematConfig `fields`; nothing is

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import fractions
 import inspect
 import math
 import numbers
@@ -109,7 +108,7 @@ def _check_budget(value: object) -> None:
         return
     if not math.isfinite(value):
         raise ValueError(f"{where}: expected {_BUDGET_FORMS}")
-    if not 0.0 <= value <= 1.0:
+    if not 0.0 <= float(value) <= 1.0:
         raise ValueError(
             f'{where}: a float budget is a fraction in [0, 1]; for bytes pass an int or a string such as "1.5GiB"'
         )
@@ -231,11 +230,13 @@ class RematConfig:
 
     def budget_bytes(self) -> int | None:
         """The budget in bytes, or None when it is unset or a fraction."""
-        return parse_bytes(self.memory_budget) if self.budget_kind() == "bytes" else None
+        budget = self.memory_budget
+        return parse_bytes(budget) if self.budget_kind() == "bytes" and isinstance(budget, (int, str)) else None
 
     def budget_fraction(self) -> float | None:
         """The budget as a fraction in [0, 1], or None when it is unset or in bytes."""
-        return float(self.memory_budget) if self.budget_kind() == "fraction" else None
+        budget = self.memory_budget
+        return float(budget) if self.budget_kind() == "fraction" and isinstance(budget, (int, float)) else None
 
     def host_bandwidth_bytes(self) -> int:
         """Host<->device copy bandwidth in whole bytes per second."""
@@ -266,4 +267,4 @@ class RematConfig:
                 close = difflib.get_close_matches(str(key), valid, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ValueError(f"unknown remat option {key!r}{hint}; valid options: {', '.join(valid)}")
-        return cls(**options)
+        return cls(**dict(options))  # type: ignore[arg-type]  # each field's value is checked in __post_init__

@@ -30,6 +30,7 @@ from .config import RematConfig
 from .explain import capture_joints
 from .measure import warm_training_peak
 from .pipeline import plan_joint
+from .plan.solvers import named
 from .units import MIB, render_table
 
 __all__ = ["ParetoRow", "ParetoResult", "TorchPoint", "pareto", "torch_budget_points"]
@@ -138,8 +139,7 @@ def pareto(
             raise TypeError(f"pareto: {option} is set per row; pass budgets=[...], solvers=[...] and inner=... instead")
     if not budgets or not solvers:
         raise ValueError(f"pareto: budgets={budgets!r} and solvers={solvers!r} must each name at least one value")
-    configs = [RematConfig(memory_budget=b, solver=s, inner=inner, **fields)  # type: ignore[arg-type]  # names checked by RematConfig
-               for s in solvers for b in budgets]
+    configs = [RematConfig(memory_budget=b, solver=s, inner=inner, **fields) for s in solvers for b in budgets]
     target = copy.deepcopy(model) if isinstance(model, nn.Module) else model
     captured = capture_joints(_bind(target, loss_fn), *inputs, inner=inner)
     if len(captured) != 1:
@@ -147,8 +147,8 @@ def pareto(
                          "peaks of one graph — find the breaks with torch._dynamo.explain and remove them")
     (joint,) = captured
     plans = [plan_joint(joint.joint, joint.num_fwd_outputs, c).plan for c in configs]
-    rows = [ParetoRow(c.solver, c.memory_budget, p.budget_bytes, p.peak_bytes, p.saved_bytes, p.recompute_flops,
-                      p.feasible) for c, p in zip(configs, plans)]
+    rows = [ParetoRow(named(c.solver)[0], c.memory_budget, p.budget_bytes, p.peak_bytes, p.saved_bytes,
+                      p.recompute_flops, p.feasible) for c, p in zip(configs, plans)]
     result = ParetoResult(tuple(rows), plans[0].baseline.peak_bytes, plans[0].baseline.saved_bytes, inner)
     if not measure:
         return result

@@ -38,6 +38,7 @@ class Evaluator:
         self.frugal = frugal
         self._memo: dict[Resolved, tuple[float, Timeline]] = {}
         self._families: dict[str, list[Scored]] = {}
+        self._variants: dict[str, Evaluator] = {}
 
     def family(self, name: str, build) -> list[Scored]:
         """A solver's budget-independent family of plans, built once per problem."""
@@ -77,6 +78,12 @@ class Evaluator:
         other = Evaluator(problem, self.time_limit, self.frugal)
         other._memo = self._memo
         return other
+
+    def variant(self, name: str, problem: Problem) -> "Evaluator":
+        """`restricted(problem)`, made once per `name`: its families are then built once too."""
+        if name not in self._variants:
+            self._variants[name] = self.restricted(problem)
+        return self._variants[name]
 
     def pick(self, family: list[Scored], budget: int | None) -> Scored:
         """The member of `family` a solver returns for `budget`: `pick`, or under `frugal` `pick_frugal` against

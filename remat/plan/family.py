@@ -26,10 +26,10 @@ def heuristic_family(evaluator: Evaluator, parts: tuple[str, ...] = ("greedy", "
     members += [s for part in parts for s in evaluator.family(part, BUILDERS[part])]
     saving = _random_ops_saved(evaluator.problem)
     if saving is not None:
-        inner = evaluator.family("rng-saved", lambda p, e: [evaluator.restricted(saving)])[0]
+        inner = evaluator.variant("rng-saved", saving)
         members += [s for part in parts for s in inner.family(part, BUILDERS[part])]
     for kind, kept in _heavy_ops_saved(evaluator.problem):
-        inner = evaluator.family(f"saving {kind}", lambda p, e, kept=kept: [evaluator.restricted(kept)])[0]
+        inner = evaluator.variant(f"saving {kind}", kept)
         members += heuristic_family(inner, parts)
     return members
 

@@ -93,6 +93,7 @@ def _memory_rows(problem: Problem, col: dict[str, int]) -> tuple[sp.csr_matrix, 
                 last_fw[owner] = pos[n]
     base = []
     rows: list[dict[int, float]] = []
+    entries: dict[int, float]
     for t, n in enumerate(fw_steps):
         live, entries = 0, {}
         for m in fw_steps[: t + 1]:

@@ -87,7 +87,10 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     in_fw = bytearray(n)
     for i in fw:
         in_fw[i] = 1
-    fw_in, bw_in = _fused(problem, resolved, in_fw, bw, excluded, recomputed) if problem.fuses else (bytearray(n), bytearray(n))
+    if problem.fuses:
+        fw_in, bw_in = _fused(problem, resolved, in_fw, bw, excluded, recomputed)
+    else:
+        fw_in, bw_in = bytearray(n), bytearray(n)
     memo_fw: dict[int, tuple[int, ...]] = {}
     memo_bw: dict[int, tuple[int, ...]] = {}
     for pos, i in enumerate(fw):

@@ -27,7 +27,7 @@ class BudgetError(ValueError):
 
 
 def resolve_budget(kind: str, value: float | int | None, least: int, baseline: int) -> int | None:
-    if kind == "none":
+    if kind == "none" or value is None:
         return None
     if kind == "fraction":
         return int(least + value * (baseline - least))
@@ -54,6 +54,7 @@ def make_plan(
         return _plan(problem, evaluator, base, baseline, None, None, "baseline", None)
     lowest = solve(problem, 0, evaluator)  # no plan peaks under 0 bytes: the least-peak plan the solver finds
     budget = resolve_budget(budget_kind, budget_value, lowest.peak, base.peak)
+    assert budget is not None  # budget_kind is "bytes" or "fraction" here, with a value (RematConfig checks it)
     chosen = solve(problem, budget, evaluator)
     least = min(lowest.peak, chosen.peak)  # the run for this budget may reach below the least-peak run
     if chosen.peak > budget:
