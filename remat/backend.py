@@ -24,7 +24,7 @@ from .plan.agree import check_ranks_agree
 from .rewrite.transfer import Runtime
 from .runtime.profile import Profile
 from .plan.plan import Plan
-from .rewrite.partition import partition
+from .rewrite.split import split
 from .step import Slot, StepLedger, input_shapes, plan_in_step
 
 _plans: list[Plan] = []
@@ -95,7 +95,7 @@ class Partitioner:
                 planned.resolved.offloaded or planned.resolved.partitioned):
             fw, bw = planned.inner_modules  # the inner compiler's own partition, exactly as plain torch.compile runs it
         else:
-            fw, bw = partition(joint, planned.problem, planned.resolved, num_fwd_outputs,
+            fw, bw = split(joint, planned.problem, planned.resolved, num_fwd_outputs,
                                static_lifetime_input_indices, runtime)
         _graphs.append((fw, bw))
         del _graphs[:-8]

@@ -14,7 +14,7 @@ from remat.pipeline import plan_joint
 from remat.plan.arrays import BACKWARD
 from remat.plan.schedule import forward_order
 from remat.plan.simulate import simulate
-from remat.rewrite.partition import partition
+from remat.rewrite.split import split
 
 from graphs import MIB, CosMM, cosmm_input
 
@@ -49,7 +49,7 @@ def test_a_saved_backward_part_value_runs_right_after_its_input():
 
 def test_the_forward_module_runs_that_order_with_unchanged_gradients():
     model, x, captured, problem, resolved, sins = _sin_saved()
-    fw, bw = partition(captured.joint, problem, resolved, captured.num_fwd_outputs)
+    fw, bw = split(captured.joint, problem, resolved, captured.num_fwd_outputs)
     names = [n.name for n in fw.graph.nodes]
     for s in sins:
         (source,) = problem.graph[s].inputs

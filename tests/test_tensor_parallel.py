@@ -267,15 +267,15 @@ def scenario_old_torch(mesh, rank):
         return real(joint, saved_values, saved_sym_nodes, num_fwd_outputs=num_fwd_outputs,
                     static_lifetime_input_nodes=static_lifetime_input_nodes)
 
-    original = _torch.partition.extract_fwd_bwd_modules
-    _torch.partition.extract_fwd_bwd_modules = lambda: without_opaque
+    original = _torch.split.extract_fwd_bwd_modules
+    _torch.split.extract_fwd_bwd_modules = lambda: without_opaque
     try:
         step(torch.compile(tensor_parallel(Model(), mesh), backend="remat",
                            options={"inner": "aot_eager", "memory_budget": 0.0}), data(rank, False))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts on it
         return {"error": f"{type(exc).__name__}: {exc}"}
     finally:
-        _torch.partition.extract_fwd_bwd_modules = original
+        _torch.split.extract_fwd_bwd_modules = original
         torch._dynamo.reset()
     return {}
 
@@ -435,7 +435,7 @@ def test_split_joint_names_the_torch_version_when_opaque_objects_cannot_be_hande
     def extract(joint, saved_values, saved_sym_nodes, *, num_fwd_outputs):
         raise AssertionError("not reached: the guard raises first")
 
-    monkeypatch.setattr(_torch.partition, "extract_fwd_bwd_modules", lambda: extract)
+    monkeypatch.setattr(_torch.split, "extract_fwd_bwd_modules", lambda: extract)
     mesh = torch.fx.Graph().placeholder("primals_2")
     with pytest.raises(_torch.TorchAPIError, match=rf"primals_2: .*torch {re.escape(torch.__version__)}'s .*"
                                                     r"saved_opaque_nodes"):

@@ -6,7 +6,7 @@ version and the missing piece instead of an AttributeError from deep inside a co
 
 - guard: the supported versions, TorchAPIError and the lookup the other modules use
 - graph: op classes and schemas, pytrees, torch's own node metadata, symbolic sizes, opaque values
-- partition: torch's forward/backward module builder and its default and min-cut partitioners
+- split: torch's forward/backward module builder and its default and min-cut partitioners
 - compile: aot_autograd, inductor and its custom-partitioner hook, the aot_eager inner compiler, mark_dynamic
 - dynamo: the compile in progress, structured traces, forgetting a block's compiles
 - runtime: storage sharing, tensor versions, RNG replay ops, fake mode, profiler allocation records
@@ -21,7 +21,7 @@ from .graph import (HigherOrderOperator, OpOverload, OpOverloadPacket, checkpoin
                     origin_name, overload_name, partitioner_tag, subclass_component, sym_node_expr, sym_node_hint,
                     tree_flatten, tree_leaves, tree_map, tree_unflatten)
 from .guard import SUPPORTED_TORCH, TorchAPIError
-from .partition import (activation_memory_budget, default_partition, extract_fwd_bwd_modules, min_cut_cse,
+from .split import (activation_memory_budget, default_partition, extract_fwd_bwd_modules, min_cut_cse,
                         min_cut_partition, split_joint)
 from .runtime import is_allocation, outside_fake_mode, rng_replay_ops, storage_use_count, tensor_version
 

@@ -11,7 +11,7 @@ def forward_ids(problem: Problem, resolved: Resolved) -> list[int]:
     Under inductor, a value the joint graph traces in its backward part but computes from forward values alone (a
     gradient formula's factor its min-cut partition saves instead of its inputs, such as GELU's derivative) runs as
     soon as its inputs exist, not after the whole forward: inductor fuses it with their other readers, and the
-    forward module is handed to inductor in this order (rewrite.partition.run_early). Elsewhere the joint graph's
+    forward module is handed to inductor in this order (rewrite.split.run_early). Elsewhere the joint graph's
     order stands: op by op, computing such a value early only trades its bytes for its inputs'."""
     a = problem.arrays
     required = bytearray(len(a.names))

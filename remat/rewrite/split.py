@@ -20,7 +20,7 @@ from .rng import replay_random_ops
 from .transfer import Runtime, move_saved
 
 
-def partition(
+def split(
     joint: fx.GraphModule,
     problem: Problem,
     resolved: Resolved,
