@@ -3,6 +3,7 @@ and simulate read (the solvers call them hundreds of times per graph)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ..capture import Graph, Role
 from . import fusion
@@ -73,10 +74,7 @@ def arrays(graph: Graph) -> Arrays:
 
 
 def _numel(shape) -> int:
-    total = 1
-    for size in shape:
-        total *= size if isinstance(size, int) else 0
-    return total
+    return math.prod(shape) if all(isinstance(size, int) for size in shape) else 0
 
 
 def _workspace(graph: Graph, v, index: dict[str, int]) -> int:

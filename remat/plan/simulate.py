@@ -157,6 +157,8 @@ def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo
       layer's recomputed rotary embedding runs with the next layer's, which reads the same tables.
     inductor declines some of these fusions (loops too many kernels apart, or sharing too few bytes); the simulation
     takes every one, and reads stay where the schedule puts them: a bound."""
+    if not any(recomputed):
+        return
     a = problem.arrays
     n = len(a.names)
     kinds, numel, storage = a.kinds, a.numel, a.storage
