@@ -148,8 +148,9 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Rem
     if config.inner == "inductor":
         if _HookBase is not object and not force_fallback:
             hook = InductorPartitioner(config, hooked, step, followed)
-            return _torch.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": hook})
-        inner_compile = _torch.compile_fx_inner()
+            return _torch.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": hook},
+                                     inner_compile=_inner_compile)
+        inner_compile = _inner_compile
         return _torch.aot_autograd(fw_compiler=inner_compile, bw_compiler=inner_compile,
                                    partition_fn=Partitioner(config, hooked, step, followed),
                                    decompositions=_torch.inductor_decompositions(),
@@ -159,6 +160,12 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Rem
     return _torch.aot_autograd(fw_compiler=inner, bw_compiler=inner,
                                partition_fn=Partitioner(config, hooked, step, followed),
                                keep_inference_input_mutations=True)(gm, example_inputs)
+
+
+def _inner_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):
+    """inductor's compiler of one module remat built, its recomputation blocks kept apart (_torch.fusion_barrier)."""
+    with _torch.fusion_barrier(gm):
+        return _torch.compile_fx_inner()(gm, example_inputs, **kwargs)
 
 
 def remat_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None,

@@ -72,8 +72,9 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
     if spec.saved is None and config.memory_budget is not None and region_count(joint):
         spec = BaselineSpec("default partition + checkpoint regions",
                             chosen=frozenset(checkpoint_regions(joint, graph).must_recompute))
-    problem = build_problem(graph, table, constraints, transfer_of(config), fuses=config.inner == "inductor",
-                            baseline=spec)
+    fuses = config.inner == "inductor"
+    problem = build_problem(graph, table, constraints, transfer_of(config), fuses=fuses, baseline=spec,
+                            hoists=fuses and not _torch.fusion_barrier_supported())
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     evaluator = Evaluator(problem, config.solver_time_limit, frugal)
     plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, evaluator)

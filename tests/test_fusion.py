@@ -1,6 +1,7 @@
 """The simulation's model of inductor (remat/plan/fusion.py): add(mm) becomes one addmm at the add, freed buffers
 are held for the next allocation of their size, recomputation from saved values alone runs with the first kernel
 reading them; and explain under inner="inductor" plans the graph a compile plans."""
+import contextlib
 import copy
 import types
 
@@ -9,11 +10,13 @@ import torch
 from torch import nn
 
 import remat
+from remat import zoo
 from remat.config import RematConfig
 from remat.explain import capture_joints
 from remat.pipeline import plan_joint
 from remat.plan import fusion
 from remat.plan.simulate import lifetimes
+from remat.rewrite.split import mark_blocks
 
 
 def _value(op, *tags):
@@ -129,7 +132,14 @@ class Recompute(nn.Module):
         return (h.sin() @ self.w2).sum() + (h @ self.w3).sum()
 
 
-def test_recomputation_from_saved_values_alone_is_allocated_with_their_first_backward_reader():
+@pytest.fixture
+def no_barrier(monkeypatch):
+    """A torch without the fusion barrier: inductor fuses recomputation with earlier loops, and remat simulates so."""
+    monkeypatch.setattr(remat._torch, "fusion_barrier_supported", lambda: False)
+    monkeypatch.setattr(remat._torch, "fusion_barrier", lambda gm: contextlib.nullcontext())
+
+
+def test_recomputation_from_saved_values_alone_is_allocated_with_their_first_backward_reader(no_barrier):
     x = torch.randn(512, 512, requires_grad=True)
     def sin(info):
         return remat.Action.RECOMPUTE if info.op == "aten.sin.default" else None
@@ -203,7 +213,8 @@ def test_inductor_measured_peak_stays_within_the_simulated_one():
     plan = remat.last_plan()
     leaves = [*model.parameters(), x]
     measured = remat.measure.training_peak(lambda: compiled(x).sum().backward(), leaves)
-    assert 0 < measured <= plan.peak_bytes <= plan.budget_bytes
+    assert plan.peak_bytes <= plan.budget_bytes
+    assert abs(measured - plan.peak_bytes) <= 0.05 * plan.peak_bytes  # each recomputation block runs in its turn
 
 
 class SinCos(nn.Module):
@@ -262,7 +273,7 @@ class SharedTable(nn.Module):
         return x.sum()
 
 
-def test_a_recomputed_loop_runs_with_the_earlier_loop_reading_the_same_parameter():
+def test_a_recomputed_loop_runs_with_the_earlier_loop_reading_the_same_parameter(no_barrier):
     x = torch.randn(512, 512, requires_grad=True)
 
     def policy(info):  # h_k (512 x 256) and r_k recomputed, x_{k+1} saved
@@ -284,3 +295,139 @@ def test_a_recomputed_loop_runs_with_the_earlier_loop_reading_the_same_parameter
     assert e[muls[0]] > e[muls[1]]  # op by op, layer 0 is recomputed where its backward needs it
     assert f[muls[0]] == f[muls[1]]  # under inductor, with layer 1's loop ...
     assert f[h0] <= f[muls[1]] < e[h0]  # ... and its matmul ahead of it
+
+
+def _shared_table_policy(info):  # h_k (512 x 256) and r_k recomputed, x_{k+1} saved
+    if info.op == "aten.mul.Tensor" or (info.op == "aten.mm.default" and info.shape == (512, 256)):
+        return remat.Action.RECOMPUTE
+    return None
+
+
+def _starts(planned):
+    life = lifetimes(planned.problem, planned.resolved)
+    names = planned.problem.arrays.names
+    return {names[o]: first for o, first, _ in life.spans if first >= len(life.fw)}
+
+
+@pytest.mark.skipif(not remat._torch.fusion_barrier_supported(), reason="this torch has no fusion barrier hook")
+def test_with_the_barrier_each_layer_is_recomputed_where_its_backward_needs_it():
+    x = torch.randn(512, 512, requires_grad=True)
+    eager = _planned(SharedTable(), x, inner="aot_eager", memory_budget=None, policy=_shared_table_policy)
+    fused = _planned(SharedTable(), x, inner="inductor", memory_budget=None, policy=_shared_table_policy)
+    assert fused.problem.fuses and not fused.problem.hoists
+    muls = _by_op(fused, "aten.mul.Tensor")
+    h0 = fused.problem.graph[muls[0]].inputs[0]
+    e, f = _starts(eager), _starts(fused)
+    assert f[muls[0]] > f[muls[1]] and f[h0] > f[muls[1]]  # layer 0's loop and matmul wait for layer 0's turn
+    assert e[muls[0]] > e[muls[1]]
+
+
+def test_mark_blocks_numbers_each_run_of_recomputed_nodes():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    a = graph.call_function(torch.sin, (x,), name="a")  # recomputed: block 0
+    b = graph.call_function(torch.cos, (a,), name="b")  # recomputed: block 0
+    c = graph.call_function(torch.mul, (b, x), name="c")  # backward work
+    d = graph.call_function(torch.sin, (c,), name="d")  # recomputed: block 1
+    graph.output(graph.call_function(torch.add, (c, d)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    mark_blocks(gm, remat.plan.problem.Resolved(frozenset(), frozenset({"a", "b", "d"})))
+    blocks = {n.name: n.meta.get(remat._torch.BLOCK) for n in gm.graph.nodes}
+    assert blocks == {"x": None, "a": 0, "b": 0, "c": None, "d": 1, "add": None, "output": None}
+
+
+def _snode(*origins):
+    """A stand-in for an inductor scheduler node computing `origins` (fx nodes) in one loop."""
+    return types.SimpleNamespace(get_nodes=lambda: [types.SimpleNamespace(node=types.SimpleNamespace(
+        origins=list(origins)))])
+
+
+def _marked(name, block=None):
+    node = types.SimpleNamespace(op="call_function", name=name, meta={})
+    if block is not None:
+        node.meta[remat._torch.BLOCK] = block
+    return node
+
+
+@pytest.mark.skipif(not remat._torch.fusion_barrier_supported(), reason="this torch has no fusion barrier hook")
+def test_the_barrier_refuses_horizontal_fusion_across_blocks_only(monkeypatch):
+    from torch._inductor.choices import InductorChoices
+    from torch._inductor.virtualized import V
+
+    asked = []
+    monkeypatch.setattr(InductorChoices, "can_fuse_horizontal",
+                        staticmethod(lambda scheduler, a, b, score: asked.append((a, b)) or True))
+    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    r0, r0b, r1, work = (_snode(_marked("r0", 0)), _snode(_marked("r0b", 0)), _snode(_marked("r1", 1)),
+                         _snode(_marked("g")))
+    # a recomputed loop fused into the backward loop reading it; one loop that inlines recomputation is backward work
+    mixed = types.SimpleNamespace(get_nodes=lambda: r1.get_nodes() + work.get_nodes())
+    inlined = _snode(_marked("r1", 1), _marked("g"))
+    assert isinstance(remat._torch.fusion_barrier(gm), contextlib.nullcontext)  # nothing marked: inductor as is
+    marked = copy.deepcopy(gm)
+    marked.graph.placeholder("x").meta[remat._torch.BLOCK] = 0
+    outside = V.choices
+    with remat._torch.fusion_barrier(marked):
+        choices = V.choices
+        assert not choices.can_fuse_horizontal(None, r0, r1, 1)  # two blocks
+        assert not choices.can_fuse_horizontal(None, work, r1, 1)  # recomputation pulled to earlier work
+        assert not choices.can_fuse_horizontal(None, mixed, work, 1)
+        assert not asked
+        assert choices.can_fuse_horizontal(None, r0, r0b, 1)  # one block: inductor's own rule decides
+        assert choices.can_fuse_horizontal(None, work, work, 1)
+        assert choices.can_fuse_horizontal(None, inlined, work, 1)
+        assert len(asked) == 3
+    assert V.choices is outside  # the handler is gone after the compile
+
+
+def test_without_the_hook_remat_simulates_the_hoisting(monkeypatch):
+    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    gm.graph.placeholder("x").meta[remat._torch.BLOCK] = 0
+    with monkeypatch.context() as patch:
+        patch.setattr(remat._torch.compile, "lookup", _missing)
+        assert not remat._torch.compile.fusion_barrier_supported()
+        assert isinstance(remat._torch.compile.fusion_barrier(gm), contextlib.nullcontext)
+    monkeypatch.setattr(remat._torch, "fusion_barrier_supported", lambda: False)
+    x = torch.randn(512, 512, requires_grad=True)
+    fused = _planned(SharedTable(), x, inner="inductor", memory_budget=None, policy=_shared_table_policy)
+    assert fused.problem.hoists
+
+
+def _missing(module, name):
+    raise remat._torch.TorchAPIError(f"{module}.{name}")
+
+
+@pytest.mark.inductor
+@pytest.mark.skipif(not remat._torch.fusion_barrier_supported(), reason="this torch has no fusion barrier hook")
+def test_inductor_runs_each_recomputation_block_where_it_was_planned(monkeypatch):
+    """A 3-layer Llama-style model at its least peak: every layer's recomputed rotary loop reads the same tables.
+    With the barrier inductor runs each layer's recomputation in its turn and the measured peak is the simulated
+    one; without it inductor fuses a layer's rotary loop into the next layer's and measures more."""
+    config = zoo.GPTConfig(n_layer=3, d_model=128, n_head=4, seq_len=128, dropout=0.0)
+    batch = zoo.make_gpt_batch(config, 4, seed=0)
+
+    class Loss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = zoo.Llama(config, seed=0)
+
+        def forward(self, idx, targets):
+            return zoo.gpt_loss(self.model, idx, targets)
+
+    def run():
+        model = Loss()
+        compiled = torch.compile(model, backend="remat", options={"memory_budget": 0.0})
+        compiled(*batch).backward()
+        plan = remat.last_plan()
+        measured = remat.measure.training_peak(lambda: compiled(*batch).backward(), list(model.parameters()))
+        return plan.peak_bytes, measured
+
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        simulated, measured = run()
+        assert abs(measured - simulated) <= 0.05 * simulated
+        monkeypatch.setattr(remat._torch, "fusion_barrier", lambda gm: contextlib.nullcontext())
+        monkeypatch.setattr(remat._torch, "fusion_barrier_supported", lambda: False)
+        torch._dynamo.reset()
+        hoisted, unbarred = run()
+    assert unbarred > measured * 1.05
+    assert abs(unbarred - hoisted) <= 0.05 * hoisted  # the simulation follows inductor's fusion without the barrier

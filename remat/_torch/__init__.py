@@ -12,8 +12,9 @@ version and the missing piece instead of an AttributeError from deep inside a co
 - runtime: storage sharing, tensor versions, RNG replay ops, fake mode, profiler allocation records
 - eager: wrap-policy objects, batch norm's base class
 """
-from .compile import (aot_autograd, boxed_interpreter, boxed_nop, compile_fx, compile_fx_inner,
-                      custom_partitioner_base, ends_at_graph_break, inductor_decompositions, mark_dynamic)
+from .compile import (BLOCK, aot_autograd, boxed_interpreter, boxed_nop, compile_fx, compile_fx_inner,
+                      custom_partitioner_base, ends_at_graph_break, fusion_barrier, fusion_barrier_supported,
+                      inductor_decompositions, mark_dynamic)
 from .dynamo import current_compile_frame, current_compile_id, forget_compiles, trace_artifact
 from .eager import BatchNormBase, wrap_policy_targets
 from .graph import (HigherOrderOperator, OpOverload, OpOverloadPacket, checkpoint_mark, input_descriptor,
@@ -26,10 +27,12 @@ from .split import (activation_memory_budget, default_partition, extract_fwd_bwd
 from .runtime import is_allocation, outside_fake_mode, rng_replay_ops, storage_use_count, tensor_version
 
 __all__ = [
-    "BatchNormBase", "HigherOrderOperator", "OpOverload", "OpOverloadPacket", "SUPPORTED_TORCH", "TorchAPIError",
+    "BLOCK", "BatchNormBase", "HigherOrderOperator", "OpOverload", "OpOverloadPacket", "SUPPORTED_TORCH",
+    "TorchAPIError",
     "activation_memory_budget", "aot_autograd", "boxed_interpreter", "boxed_nop", "checkpoint_mark", "compile_fx",
     "compile_fx_inner", "current_compile_frame", "current_compile_id", "custom_partitioner_base",
     "default_partition", "ends_at_graph_break", "extract_fwd_bwd_modules", "forget_compiles",
+    "fusion_barrier", "fusion_barrier_supported",
     "inductor_decompositions", "input_descriptor", "is_allocation", "is_mutable_op", "is_opaque", "is_sym_node",
     "mark_dynamic", "min_cut_cse", "min_cut_partition", "module_stack", "mutated_input_descriptors", "op_schema",
     "origin_name", "outside_fake_mode", "overload_name", "partitioner_tag", "rng_replay_ops", "split_joint",

@@ -68,3 +68,65 @@ def ends_at_graph_break(gm: Any) -> bool:
     does not record why a graph was compiled."""
     reason = getattr(gm, "compile_subgraph_reason", None)
     return bool(getattr(reason, "graph_break", False))
+
+
+# Recomputation blocks and inductor's horizontal fusion. The rewrite marks each backward node it recomputes with
+# the number of its block (a run of recomputation placed just before the backward work that reads it). inductor
+# fuses loops that read the same buffers, wherever they sit in the module: a block's loop fused with an earlier
+# loop runs there, and the recomputation it waits for is pulled ahead with it, out of the place the plan gave it.
+# While inductor lowers a module remat built, its fusion choices refuse horizontal fusion across blocks; vertical
+# fusion (a producer into its consumer) is untouched.
+BLOCK = "remat_block"
+_OTHER = "other"
+
+
+def fusion_barrier_supported() -> bool:
+    """Whether this torch lets remat keep recomputation blocks apart in inductor's fusion (InductorChoices and a
+    scoped choices handler)."""
+    return _choices_parts() is not None
+
+
+def _choices_parts() -> tuple[type, Any] | None:
+    try:
+        base = lookup("torch._inductor.choices", "InductorChoices")
+        virtualized = lookup("torch._inductor.virtualized", "V")
+    except TorchAPIError:
+        return None
+    if not hasattr(base, "can_fuse_horizontal") or not hasattr(virtualized, "set_choices_handler"):
+        return None
+    return base, virtualized
+
+
+def _blocks(snode: Any) -> frozenset:
+    """The recomputation blocks a scheduler node computes; _OTHER for a loop that is not recomputation alone."""
+    found = set()
+    for sub in snode.get_nodes():
+        origins = getattr(getattr(sub, "node", None), "origins", None) or ()
+        marks = {o.meta.get(BLOCK) for o in origins if getattr(o, "op", None) == "call_function"}
+        if not marks or None in marks:
+            found.add(_OTHER)
+        else:
+            found |= marks
+    return frozenset(found)
+
+
+def fusion_barrier(gm: Any) -> Any:
+    """A context manager under which inductor, lowering `gm`, fuses no two loops horizontally unless they belong to
+    the same recomputation block (or neither is recomputation). A null context when `gm` has no marked block or
+    this torch lacks the hook."""
+    import contextlib
+
+    parts = _choices_parts()
+    if parts is None or not any(BLOCK in n.meta for n in gm.graph.nodes):
+        return contextlib.nullcontext()
+    base, virtualized = parts
+
+    class BlockChoices(base):  # type: ignore[misc, valid-type]
+        @staticmethod
+        def can_fuse_horizontal(scheduler, node1, node2, shared_data_score):
+            one, two = _blocks(node1), _blocks(node2)
+            if one != two and (one - {_OTHER} or two - {_OTHER}):
+                return False
+            return base.can_fuse_horizontal(scheduler, node1, node2, shared_data_score)
+
+    return virtualized.set_choices_handler(BlockChoices())

@@ -7,10 +7,12 @@ inductor does not run the forward and backward modules node by node. The simulat
   until then (a tied embedding's weight gradient keeps the logits' gradient until the end of backward);
 - a buffer a module allocated and no longer reads is kept for the module's next allocation of the same dtype and
   size, so it stays live until then;
-- a recomputed loop computed from saved values alone is fused with the first backward kernel that reads one of them
-  (nothing orders it after the backward work before it), and one that reads a buffer an earlier loop of its size
-  reads (a parameter such as a rotary table, a constant, a saved value) with that loop, the recomputation it waits
-  for pulled ahead with it; its buffer is allocated there (simulate._hoist);
+- recomputation runs where the schedule puts it: remat numbers each run of recomputed nodes in the backward module
+  (rewrite/split.mark_blocks) and, while inductor lowers it, refuses horizontal fusion across runs
+  (_torch.fusion_barrier). On a torch without that hook inductor fuses a recomputed loop computed from saved values
+  alone with the first backward kernel that reads one of them, and one that reads a buffer an earlier loop of its
+  size reads (a parameter such as a rotary table, a constant, a saved value) with that loop, the recomputation it
+  waits for pulled ahead with it; the simulation then allocates its buffer there (Problem.hoists, simulate._hoist);
 - a forward value, a recomputed value or a backward gradient, computed by a pointwise op and read only by pointwise
   or reduction loops is computed inside those loops and never written out; what it reads stays live until they run.
   It is written out after all when several kernels read it and it reads more than four buffers or (on CPU) computes

@@ -58,6 +58,9 @@ class Problem:
     baseline: BaselineSpec = BaselineSpec()
     # Values that may differ across the partition group's ranks (replication.rank_local), never partitioned.
     rank_local: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # inductor may fuse a recomputed loop with an earlier one (this torch lacks the fusion barrier, so recomputation
+    # runs where inductor's fusion puts it): the simulation hoists it (simulate._hoist).
+    hoists: bool = False
 
     @property
     def instances(self) -> tuple[int, ...]:
@@ -140,7 +143,7 @@ class Problem:
 
 def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constraints,
                   transfer: Transfer = Transfer(), fuses: bool = False,
-                  baseline: BaselineSpec = BaselineSpec()) -> Problem:
+                  baseline: BaselineSpec = BaselineSpec(), hoists: bool = False) -> Problem:
     """Derive the structures every solver shares. Pure."""
     forward = tuple(v.name for v in graph.values if v.role is Role.FORWARD)
     reaches_grad = _ancestors(graph, graph.bw_outputs, lambda r: r is Role.BACKWARD)
@@ -161,7 +164,7 @@ def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constrain
     local = rank_local(graph, transfer.group) if transfer.world > 1 else {}
     return Problem(graph, costs, constraints, forward, backward, needed, candidates, choosable, fw_required,
                    needed_inputs, arrays(graph), transfer, hides_offload(graph, costs, transfer), fuses, baseline,
-                   local)
+                   local, fuses and hoists)
 
 
 def _ancestors(graph: Graph, roots: Iterable[str], keep) -> set[str]:

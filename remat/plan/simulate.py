@@ -129,7 +129,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
                 allocated.append(k)
                 if last[k] < 0:
                     last[k] = pos
-    if problem.fuses:
+    if problem.hoists:
         _hoist(problem, bw, num_fw, recomputed, bw_in, memo_bw, alloc, first_bw)
     end = num_fw + len(bw) - 1
     for out in problem.graph.fw_outputs:
@@ -149,8 +149,9 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
 
 
 def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo, alloc, first_bw) -> None:
-    """inductor fuses loops that read the same buffers, and nothing orders recomputation after the backward work
-    before it (fusion.py), so a recomputed loop's buffer is allocated earlier than the schedule puts it:
+    """Without the fusion barrier (Problem.hoists), inductor fuses loops that read the same buffers, and nothing
+    orders recomputation after the backward work before it (fusion.py), so a recomputed loop's buffer is allocated
+    earlier than the schedule puts it:
     - computed from saved values alone, it runs with the first kernel of the backward module that reads one of them;
     - it runs with the first loop of its iteration size that reads a buffer it reads too (a parameter, a constant, a
       saved or recomputed value), the recomputation it waits for (the matmuls it reads) pulled ahead with it — a

@@ -46,10 +46,25 @@ def split(
         run_early(fw, forward_order(problem, resolved))
     move_saved(fw, bw, num_fwd_outputs, problem, resolved, runtime)
     bw = reorder(bw, backward_order(problem, resolved))
+    if problem.fuses:
+        mark_blocks(bw, resolved)
     if runtime.profile_id >= 0:
         mark_step(fw, runtime.profile_id)
         mark_recomputation(bw, problem, resolved, runtime.profile_id)
     return fw, bw
+
+
+def mark_blocks(bw: fx.GraphModule, resolved: Resolved) -> None:
+    """Number each run of recomputed nodes in the backward module's order (node.meta[BLOCK]), for inductor's
+    fusion to keep the runs where the schedule puts them (_torch.fusion_barrier)."""
+    block, previous = -1, False
+    for node in bw.graph.nodes:
+        recomputed = node.op == "call_function" and (
+            node.name in resolved.recomputed or node.meta.get(MARK, ("",))[0] == "replay")
+        if recomputed:
+            block += 0 if previous else 1
+            node.meta[_torch.BLOCK] = block
+        previous = recomputed
 
 
 def _opaque(problem: Problem, nodes: dict[str, fx.Node]) -> list[fx.Node]:
