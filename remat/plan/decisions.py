@@ -24,7 +24,7 @@ def transfer_decision(problem, resolved, name: str, reason: str):
         why = problem.constraints.must_offload.get(name) or (
             "offload=True" if problem.transfer.offload is True else
             f"offload=\"auto\": {copies} of copies hide behind the forward compute after it")
-        where = "; on CPU the host is the device, so no bytes leave" if kept else ""
+        where = "; on CPU the host is the device, so no bytes leave" if v.device == "cpu" else ""
         ms = 1e3 * transfer_seconds(v, move, problem.transfer)
         return (action, kept,
                 f"offloaded to host ({why}): {copies} of copies, {ms:.2f} ms at host_bandwidth{where}")
