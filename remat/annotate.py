@@ -25,6 +25,7 @@ class Action(enum.Enum):
     PREFER_RECOMPUTE = "prefer_recompute"
     OFFLOAD = "offload"  # save it in host memory between forward and backward
     PARTITION = "partition"  # save 1/world of it on each rank, gathered before backward uses it
+    SHARD = "partition"  # the same member: remat's code calls sharding over ranks "shard" (partition= option)
 
 
 # A soft preference scales the value's recompute cost as the solvers see it.

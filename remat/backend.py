@@ -19,7 +19,7 @@ from .logs import log_plan
 from .capture import hooked_nodes
 from .config import RematConfig
 from .environ import config_from_environment
-from .pipeline import Planned, partition_group, plan_joint
+from .pipeline import Planned, plan_joint, shard_group
 from .plan.agree import check_ranks_agree
 from .rewrite.transfer import Runtime
 from .runtime.profile import Profile
@@ -76,7 +76,7 @@ class Partitioner:
         config = self.config
         planned = self.plan(joint, num_fwd_outputs, static_lifetime_input_indices)
         plan = planned.plan
-        group = partition_group(config)
+        group = shard_group(config)
         if group is not None:
             check_ranks_agree(plan, group)
         profile = Profile() if config.profile else None
@@ -91,8 +91,7 @@ class Partitioner:
             profile_id=profile.id if profile is not None else -1,
             sync=config.synchronize,
         )
-        if planned.inner_modules is not None and planned.is_baseline and runtime.plain and not (
-                planned.resolved.offloaded or planned.resolved.partitioned):
+        if planned.inner_modules is not None and planned.is_baseline and runtime.plain and not planned.resolved.moves:
             fw, bw = planned.inner_modules  # the inner compiler's own partition, exactly as plain torch.compile runs it
         else:
             fw, bw = split(joint, planned.problem, planned.resolved, num_fwd_outputs,
@@ -199,7 +198,7 @@ def _ledger_of(options: object) -> StepLedger:
 def compile(model: Any, *, dynamic: bool | None = None, fullgraph: bool = False, **fields: Any):
     """`torch.compile(model, backend="remat", options=fields)` with the fields checked up front."""
     config = RematConfig.from_options(fields)  # an unknown field is named with the closest valid one
-    partition_group(config)  # fail now, not at the first call, when partition has no process group
+    shard_group(config)  # fail now, not at the first call, when partition= has no process group
     return torch.compile(model, backend=_Backend(config), dynamic=dynamic, fullgraph=fullgraph)
 
 

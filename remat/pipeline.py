@@ -34,8 +34,8 @@ class Planned:
             if self.problem.baseline.saved is not None else False
 
 
-def partition_group(config: RematConfig):
-    """The process group saved values are partitioned over, or None."""
+def shard_group(config: RematConfig):
+    """The process group saved values are sharded over (the partition= option), or None."""
     if config.partition is None:
         return None
     import torch.distributed as dist
@@ -48,7 +48,7 @@ def partition_group(config: RematConfig):
 
 
 def transfer_of(config: RematConfig) -> Transfer:
-    group = partition_group(config)
+    group = shard_group(config)
     world = rank = 0
     if group is not None:
         import torch.distributed as dist

@@ -12,6 +12,7 @@ import torch
 
 from .annotate import Action
 from .plan.plan import KEPT, Decision, Plan
+from .runtime.table import MOVES
 from .units import fmt_bytes, fmt_flops, render_table, short_op
 
 TOP_LEVEL = "(top level)"  # how module_table names ops that run outside any submodule (path "")
@@ -21,27 +22,27 @@ TOP_LEVEL = "(top level)"  # how module_table names ops that run outside any sub
 class Totals:
     """Sums over decision rows: what the table's totals line prints."""
 
-    saved_bytes: int  # device bytes the SAVE, OFFLOAD and PARTITION rows keep from forward to backward
+    saved_bytes: int  # device bytes the SAVE rows and the moved rows (OFFLOAD, SHARD) keep from forward to backward
     recompute_flops: int  # recompute cost of the RECOMPUTE rows
-    saved: int  # number of SAVE, OFFLOAD and PARTITION rows
+    saved: int  # number of SAVE and moved rows
     recomputed_ops: int  # RECOMPUTE rows that cost flops (views and getitems are free re-labellings)
-    offloaded: int = 0  # OFFLOAD rows
-    partitioned: int = 0  # PARTITION rows
-    transfer_bytes: int = 0  # bytes the OFFLOAD and PARTITION rows move off the device
+    moved: tuple[tuple[str, int], ...] = ()  # (how reports say the move, "offloaded"; its rows) per move with rows
+    transfer_bytes: int = 0  # bytes the moved rows move off the device
 
 
 def totals(decisions: Iterable[Decision]) -> Totals:
     decisions = list(decisions)
     saved = [d for d in decisions if d.action in KEPT]
-    moved = [d for d in decisions if d.action in (Action.OFFLOAD, Action.PARTITION)]
+    moves = {Action(action): move for action, move in MOVES.items()}
+    moved = [d for d in decisions if d.action in moves]
     recomputed = [d for d in decisions if d.action is Action.RECOMPUTE]
     return Totals(
         saved_bytes=sum(d.kept for d in saved),
         recompute_flops=sum(d.cost for d in recomputed),
         saved=len(saved),
         recomputed_ops=sum(1 for d in recomputed if d.cost > 0),
-        offloaded=sum(1 for d in moved if d.action is Action.OFFLOAD),
-        partitioned=sum(1 for d in moved if d.action is Action.PARTITION),
+        moved=tuple((move.participle, count) for action, move in moves.items()
+                    if (count := sum(1 for d in moved if d.action is action))),
         transfer_bytes=sum(d.nbytes - d.kept for d in moved),
     )
 
@@ -105,8 +106,7 @@ def totals_lines(plan: Plan) -> list[str]:
 
 
 def _moved(t: Totals) -> str:
-    parts = [f"{t.offloaded} offloaded"] if t.offloaded else []
-    parts += [f"{t.partitioned} partitioned"] if t.partitioned else []
+    parts = [f"{count} {participle}" for participle, count in t.moved]
     return f" ({', '.join(parts)}: {fmt_bytes(t.transfer_bytes)} off the device)" if parts else ""
 
 
@@ -204,7 +204,7 @@ def module_table(plan: Plan, depth: int | None = None) -> str:
     for path, group in by_module(plan.decisions, depth).items():
         listed = [(Action.RECOMPUTE, [d for d in group if d.action is Action.RECOMPUTE and d.cost > 0])]
         listed += [(a, [d for d in group if d.action is a and d.nbytes > 0])
-                   for a in (Action.SAVE, Action.OFFLOAD, Action.PARTITION)]
+                   for a in KEPT]
         parts = [f"{action.value} {_ops(ds)}" for action, ds in listed if ds]
         if parts:
             lines.append(f"{path or TOP_LEVEL}: " + "; ".join(parts))

@@ -4,11 +4,12 @@
     checkpointing.configure(mpu, deepspeed_config="ds_config.json")
     hidden = checkpointing.checkpoint(layer, hidden, mask)
 
-Everything runs on remat's runtime: partitioned inputs through ``remat::shard`` and an all-gather over the
-model-parallel group, host copies through ``remat::offload``/``reload``, contiguous buffers from the runtime's arena
-pool, timings into a runtime `Profile`. Where DeepSpeed is brittle this module is not: `checkpoint_in_cpu` and
-`contiguous_checkpointing` work without `partition_activations`, the number of buffers is learned on the first step
-when `num_checkpoints` is not given, and more checkpoints than buffers grow the pool instead of failing.
+Everything runs on remat's runtime: sharded inputs (partition_activations) through ``remat::shard`` and an
+all-gather over the model-parallel group, host copies through ``remat::offload``/``reload``, contiguous buffers from
+the runtime's arena pool, timings into a runtime `Profile`. Where DeepSpeed is brittle this module is not:
+`checkpoint_in_cpu` and `contiguous_checkpointing` work without `partition_activations`, the number of buffers is
+learned on the first step when `num_checkpoints` is not given, and more checkpoints than buffers grow the pool
+instead of failing.
 
 Every public name of `deepspeed.checkpointing` a model calls is here. DeepSpeed's internal helpers (partitioning,
 offload bookkeeping) and its module-level state variables are not: reading one raises an AttributeError that says
@@ -29,7 +30,7 @@ from ..runtime import buffers, rng
 from ..runtime.profile import Profile
 from ..runtime.rng import MODEL_PARALLEL_RNG, RNGStatesTracker
 from . import region
-from .stash import Partition, StashOptions
+from .stash import ShardGroup, StashOptions
 
 __all__ = [
     "CheckpointFunction", "CudaRNGStatesTracker", "checkpoint", "configure", "detach_variable",
@@ -115,14 +116,14 @@ def _mpu_methods(mpu: Any) -> tuple[str, str, str] | None:
     return None
 
 
-def _model_parallel(mpu: Any) -> Partition | None:
-    """The group `mpu` shards over; None without model parallelism (one partition: the whole tensor)."""
+def _model_parallel(mpu: Any) -> ShardGroup | None:
+    """The group `mpu` shards over; None without model parallelism (one shard: the whole tensor)."""
     if mpu is None:
         return None
     methods = _mpu_methods(mpu)
     assert methods is not None  # checked where mpu is given
     rank, world, group = (getattr(mpu, m)() for m in methods)
-    return Partition(rank, world, group)
+    return ShardGroup(rank, world, group)
 
 
 def _read_section(config: dict | str | os.PathLike | None) -> dict:
@@ -217,10 +218,10 @@ def _run(function: Callable[..., Any], args: tuple, kwargs: dict, where: str) ->
     s = get_settings()
     if _profile is not None and (not _profile.steps or _profile.steps[-1].calls["recompute"]):
         _profile.new_step()  # the first checkpoint after a backward starts a step
-    partition = _model_parallel(s.mpu) if s.partition_activations else None
-    stash = StashOptions(offload=s.checkpoint_in_cpu, partition=partition, contiguous=s.contiguous_checkpointing,
+    shards = _model_parallel(s.mpu) if s.partition_activations else None
+    stash = StashOptions(offload=s.checkpoint_in_cpu, shard=shards, contiguous=s.contiguous_checkpointing,
                          profile_id=_profile.id if _profile is not None else -1, sync=s.synchronize,
-                         call_site=_call_site(function) if partition is not None else None)
+                         call_site=_call_site(function) if shards is not None else None)
     reserve, _reserve = _reserve, None
     return region.run(function, args, kwargs, region.RegionOptions(stash=stash), where, reserve)
 
@@ -275,8 +276,8 @@ def model_parallel_reconfigure_tp_seed(seed: int) -> None:
 
 
 def _model_parallel_rank() -> int:
-    partition = _model_parallel(get_settings().mpu)
-    return partition.rank if partition is not None else 0
+    shards = _model_parallel(get_settings().mpu)
+    return shards.rank if shards is not None else 0
 
 
 def detach_variable(inputs: tuple, device: torch.device | str | None = None) -> tuple:

@@ -1,7 +1,7 @@
 """What a checkpointed region keeps of its inputs between forward and backward, and how it gets them back.
 
 By default the inputs themselves (references, no copy). Options move the floating-point activations among them
-through remat's runtime ops: `partition` keeps this rank's shard (``remat::shard``) and gathers the shards in
+through remat's runtime ops: `shard` keeps this rank's shard (``remat::shard``) and gathers the shards in
 backward, `offload` keeps a host copy (``remat::offload`` / ``remat::reload``), `contiguous` places what is kept in
 an arena of the pool (``remat::arena_store``), so steps after the first allocate nothing for it. Parameters and
 non-tensor arguments are always kept as they are.
@@ -24,8 +24,8 @@ _ARENA_KEYS = -(1 << 48)
 
 
 @dataclasses.dataclass(frozen=True)
-class Partition:
-    """The model-parallel group activations are sharded over."""
+class ShardGroup:
+    """The model-parallel group activations are sharded over (DeepSpeed's partition_activations)."""
 
     rank: int
     world: int
@@ -35,11 +35,11 @@ class Partition:
 @dataclasses.dataclass(frozen=True)
 class StashOptions:
     offload: bool = False
-    partition: Partition | None = None
+    shard: ShardGroup | None = None
     contiguous: bool = False
     profile_id: int = -1
     sync: bool = False
-    call_site: Any = None  # what identifies the checkpointed function: partitioned inputs are checked on its first call
+    call_site: Any = None  # what identifies the checkpointed function: sharded inputs are checked on its first call
 
 
 @dataclasses.dataclass
@@ -65,7 +65,7 @@ class Stash:
             kept = _to_arena(kept, options, reserve)
         for i, tensor in zip(moving, kept):
             leaf = leaves[i]
-            leaves[i] = _Moved(tensor, leaf.shape, leaf.device, leaf.requires_grad, options.partition is not None)
+            leaves[i] = _Moved(tensor, leaf.shape, leaf.device, leaf.requires_grad, options.shard is not None)
         self.leaves = leaves
         # An input modified in place after forward would make the recomputation differ silently.
         self.versions = {i: tensor_version(leaf) for i, leaf in enumerate(leaves) if _plain_tensor(leaf)}
@@ -74,12 +74,12 @@ class Stash:
         o = self.options
         with torch.no_grad():
             x = x.detach()
-            if o.partition is not None:
-                check = -1  # one partition (world 1) holds the whole value: nothing to compare
-                if o.partition.world > 1:
+            if o.shard is not None:
+                check = -1  # one shard (world 1) holds the whole value: nothing to compare
+                if o.shard.world > 1:
                     label = f"input {position} of {getattr(o.call_site, 'co_qualname', o.call_site)}"
-                    check = identity.check_for((o.call_site, position), label, o.partition.group)
-                x = torch.ops.remat.shard(x, o.partition.rank, o.partition.world, o.profile_id, o.sync, check)
+                    check = identity.check_for((o.call_site, position), label, o.shard.group)
+                x = torch.ops.remat.shard(x, o.shard.rank, o.shard.world, o.profile_id, o.sync, check)
             if o.offload:
                 x = torch.ops.remat.offload(x, o.profile_id, o.sync)
         return x
@@ -105,8 +105,8 @@ class Stash:
                 if o.offload:
                     x = torch.ops.remat.reload(x, leaf.device, o.profile_id, o.sync)
                 if leaf.sharded:
-                    p = o.partition
-                    assert p is not None  # values are sharded only under a partition
+                    p = o.shard
+                    assert p is not None  # values are sharded only with a shard group
                     x = gather_shards(x, leaf.shape, p.world, p.group, o.profile_id, o.sync)
                 else:  # a fresh view: the kept tensor itself is never handed out
                     x = x.view(leaf.shape)
@@ -119,11 +119,11 @@ def _plain_tensor(leaf: Any) -> bool:
 
 
 def _moves(leaf: Any, options: StashOptions) -> bool:
-    if not _plain_tensor(leaf) or not (options.offload or options.partition or options.contiguous):
+    if not _plain_tensor(leaf) or not (options.offload or options.shard or options.contiguous):
         return False
-    if options.partition is not None or options.contiguous:
+    if options.shard is not None or options.contiguous:
         # Sharding and packing are for activations: floating point, at least one element per rank.
-        world = options.partition.world if options.partition else 1
+        world = options.shard.world if options.shard else 1
         return leaf.is_floating_point() and leaf.numel() >= world
     return True
 

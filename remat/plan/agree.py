@@ -1,4 +1,4 @@
-"""Every rank of a partitioned job must take the same decisions: compare plans across the group at compile time."""
+"""Every rank of a sharded job (partition=) takes the same decisions: plans are compared across the group."""
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +11,7 @@ def fingerprint(plan) -> str:
 
 
 class RankDisagreement(RuntimeError):
-    """Ranks planned the same graph differently; partitioned values would not line up."""
+    """Ranks planned the same graph differently; sharded values would not line up."""
 
 
 def check_ranks_agree(plan, group) -> None:

@@ -5,6 +5,7 @@ import collections
 
 from ..annotate import Action
 from ..capture import Role
+from ..runtime.table import MOVES
 from .problem import Problem, Resolved
 from .schedule import backward_order, forward_order
 from .simulate import simulate
@@ -76,8 +77,11 @@ def _check_decisions(plan, problem: Problem, resolved: Resolved) -> None:
     replay = problem.constraints.replay
     states = {f"{r}_rng_state": r for r in resolved.recomputed if r in replay}
     saved_owners = problem.saved_owners(resolved)
-    expected_by_action = {Action.SAVE: saved_owners - resolved.offloaded - resolved.partitioned,
-                          Action.OFFLOAD: resolved.offloaded, Action.PARTITION: resolved.partitioned}
+    moves = resolved.moves
+    expected_by_action: dict[Action, set[str]] = {Action(action): set() for action in MOVES}
+    expected_by_action[Action.SAVE] = set(saved_owners - moves.keys())
+    for name, move in moves.items():
+        expected_by_action[Action(move.action)].add(name)
     for d in plan.decisions:
         if d.op == "rng state":
             if d.name not in states or d.nbytes != replay[states[d.name]]:

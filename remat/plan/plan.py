@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import sympy
 
 from ..annotate import Action
+from ..runtime.table import MOVES
 from .simulate import Timeline
 
 if TYPE_CHECKING:
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
     from .problem import Problem, Resolved
 
 
-KEPT = (Action.SAVE, Action.OFFLOAD, Action.PARTITION)  # actions that hand the value from forward to backward
+# Actions that hand the value from forward to backward: as it is, or in the form of a move (runtime/table.py).
+KEPT = (Action.SAVE, *(Action(action) for action in MOVES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +30,7 @@ class Decision:
     dtype: str
     nbytes: int  # bytes of storage the value owns (0 for views)
     cost: int  # flops to recompute it once
-    action: Action  # SAVE, RECOMPUTE, OFFLOAD or PARTITION
+    action: Action  # SAVE, RECOMPUTE, OFFLOAD or PARTITION (SHARD)
     reason: str  # why, in words: the rule or the solver's trade ("recomputed (mincut): 0.7 MFLOP frees 0.03 MiB")
     source_op: str = ""  # for a getitem, the op of the tuple producer it reads ("aten.native_dropout.default")
     kept_bytes: int | None = None  # device bytes held from forward to backward; None: nbytes if saved, else 0
@@ -81,7 +83,7 @@ class Plan:
 
     @property
     def saved(self) -> tuple[str, ...]:
-        """Values the forward hands to backward in any form: kept, offloaded or partitioned."""
+        """Values the forward hands to backward in any form: kept, offloaded or sharded."""
         return tuple(d.name for d in self.decisions if d.action in KEPT)
 
     @property
@@ -90,7 +92,7 @@ class Plan:
 
     @property
     def partitioned(self) -> tuple[str, ...]:
-        return tuple(d.name for d in self.decisions if d.action is Action.PARTITION)
+        return tuple(d.name for d in self.decisions if d.action is Action.SHARD)
 
     @property
     def recomputed(self) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from typing import Iterable, Mapping
 
 from ..annotate import PREFERENCE_SCALE, Constraints
 from ..capture import Graph, Role
+from ..runtime import table
 from .arrays import FORWARD, PRIMAL, Arrays, arrays
 from .replication import rank_local
 from .transfer import Transfer, eligible, hides_offload
@@ -25,7 +26,13 @@ class Resolved:
     recomputed: frozenset[str]
     inputs: frozenset[str] = frozenset()  # forward inputs (primals) backward reads; never counted as activations
     offloaded: frozenset[str] = frozenset()  # saved values kept in host memory between forward and backward
-    partitioned: frozenset[str] = frozenset()  # saved values kept as 1/world per rank, gathered for backward
+    sharded: frozenset[str] = frozenset()  # saved values kept as 1/world per rank, gathered for backward
+
+    @property
+    def moves(self) -> dict[str, table.Move]:
+        """Each saved value that leaves the device, with how it travels (runtime/table.py)."""
+        moves = table.MOVES
+        return {**dict.fromkeys(self.offloaded, moves["offload"]), **dict.fromkeys(self.sharded, moves["partition"])}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +63,7 @@ class Problem:
     offloadable: frozenset[str] = frozenset()  # values offload="auto" sends to host when saved
     fuses: bool = False  # the inner compiler fuses (inductor): the simulation follows fusion.py
     baseline: BaselineSpec = BaselineSpec()
-    # Values that may differ across the partition group's ranks (replication.rank_local), never partitioned.
+    # Values that may differ across the shard group's ranks (replication.rank_local), never sharded.
     rank_local: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # inductor may fuse a recomputed loop with an earlier one (this torch lacks the fusion barrier, so recomputation
     # runs where inductor's fusion puts it): the simulation hoists it (simulate._hoist).
@@ -115,9 +122,9 @@ class Problem:
             if code:
                 groups[code].append(names[i])
         saved = frozenset(groups[1])
-        offloaded, partitioned = self._transfers(saved)
+        offloaded, sharded = self._transfers(saved)
         return Resolved(saved, frozenset(groups[2]), frozenset(groups[3] + list(self.needed_inputs)),
-                        offloaded, partitioned)
+                        offloaded, sharded)
 
     def saved_owners(self, resolved: Resolved) -> frozenset[str]:
         """The saved values with each saved view of a forward value replaced by its base, whose storage it keeps
@@ -136,9 +143,9 @@ class Problem:
             offload |= {n for n in saved if eligible(self.graph, n)}
         elif t.offload == "auto":
             offload |= saved & self.offloadable
-        partition = {n for n in saved - offload if eligible(self.graph, n) and n not in self.rank_local} \
+        shard = {n for n in saved - offload if eligible(self.graph, n) and n not in self.rank_local} \
             if t.world > 1 else set()
-        return frozenset(offload), frozenset(partition)
+        return frozenset(offload), frozenset(shard)
 
 
 def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constraints,

@@ -1,4 +1,4 @@
-"""Which forward values differ across the ranks of the partition group, as far as the graph shows it.
+"""Which forward values differ across the ranks of the shard group (partition=), as far as the graph shows it.
 
 `partition=` shards only values identical on every rank of the group; gathering shards of differing values would
 rebuild a mix of ranks' data. Two things in a joint graph make a value rank-local:
@@ -6,12 +6,12 @@ rebuild a mix of ranks' data. Two things in a joint graph make a value rank-loca
 - an input aot_autograd unwrapped from a tensor subclass: a DTensor parameter's local tensor under tensor
   parallelism is this rank's shard (the joint graph holds local tensors, not placements, so every such input counts
   as a shard), and everything computed from it, e.g. a column-parallel linear's output;
-- a collective over the partition group that hands each rank its own part (reduce_scatter, all_to_all).
+- a collective over the shard group that hands each rank its own part (reduce_scatter, all_to_all).
 
-A collective over the partition group that gives every rank the same result (all_reduce, all_gather, broadcast:
+A collective over the shard group that gives every rank the same result (all_reduce, all_gather, broadcast:
 a row-parallel linear's output) makes its value replicated again. Plain inputs are taken as replicated: whether
-each rank feeds the same batch is not in the graph, so data parallelism over the partition group is caught at run
-time, where the ranks compare a checksum of every partitioned value on its first call (runtime/identity.py).
+each rank feeds the same batch is not in the graph, so data parallelism over the shard group is caught at run
+time, where the ranks compare a checksum of every sharded value on its first call (runtime/identity.py).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from . import fusion
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
 from .schedule import backward_ids, forward_ids
-from .transfer import shard_bytes
+from .transfer import kept_bytes
 
 FORWARD, RECOMPUTE, BACKWARD = "forward", "recompute", "backward"
 
@@ -59,8 +59,8 @@ class Lifetimes:
     spans: list[tuple[int, int, int]]  # (owner position, first step, last step) per counted storage instance
     saved_spans: dict[str, tuple[int, int]]
     # Saved bytes that are no graph value: generator states kept to replay random ops (from the op's forward run to
-    # its replay) and shards of partitioned values (from the value's forward step to its gather): (bytes, first,
-    # last step).
+    # its replay) and the kept forms of values that leave the device (from the value's forward step to its first
+    # backward read; runtime/table.py's Move.kept): (bytes, first, last step).
     extra_spans: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
 
 
@@ -143,7 +143,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     if problem.fuses:
         spans = fusion.reuse(spans, a.reuse_keys, num_fw)
     extra = _rng_spans(problem, resolved, fw, bw)
-    if resolved.offloaded or resolved.partitioned:
+    if resolved.offloaded or resolved.sharded:
         spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans)
     return Lifetimes(fw, bw, spans, saved_spans, extra)
 
@@ -226,12 +226,13 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
 
 def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans):
     """A value that leaves the device is live there until its last forward read, then again from its reload or
-    gather (just before its first backward read) to its last; a partitioned value's shard lives in between. On CPU
-    the host is the device, so an offloaded value's host copy counts too. Only the saved instance's span splits:
-    a one-step scratch span sized like the value (dropout's) stays as it is."""
+    gather (just before its first backward read) to its last; its kept form (a shard; on CPU, where the host is the
+    device, a host copy) lives in between. Only the saved instance's span splits: a one-step scratch span sized like
+    the value (dropout's) stays as it is."""
     a, graph = problem.arrays, problem.graph
     world = problem.transfer.world
-    leaving = {a.index[s] for s in resolved.partitioned | resolved.offloaded}
+    moves = resolved.moves
+    leaving = {a.index[s] for s in moves}
     out = []
     for owner, first, final in spans:
         if owner not in leaving or first_bw[owner] < 0 or saved_spans.get(a.names[owner]) != (first, final):
@@ -240,10 +241,9 @@ def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_s
         out.append((owner, first, max(first, last_fw[owner])))
         out.append((owner, first_bw[owner], final))
         name = a.names[owner]
-        if name in resolved.offloaded and graph[name].device == "cpu":
-            extra.append((a.nbytes[owner], first, first_bw[owner]))  # the host copy, in the same memory
-        elif name in resolved.partitioned:
-            extra.append((shard_bytes(graph[name], world), first, first_bw[owner]))
+        kept = kept_bytes(graph[name], moves[name], world)
+        if kept:
+            extra.append((kept, first, first_bw[owner]))
     return out, extra
 
 
@@ -297,7 +297,7 @@ def simulate(problem: Problem, resolved: Resolved) -> Timeline:
         delta[final + 1] -= size
     live = tuple(itertools.accumulate(delta[:-1]))
     peak = max(live, default=0)
-    leaving = resolved.partitioned | resolved.offloaded  # their saved bytes are the extra spans' shards/host copies
+    leaving = resolved.sharded | resolved.offloaded  # their saved bytes are the extra spans' kept forms
     saved_bytes = (sum(nbytes[a.index[s]] for s in life.saved_spans if s not in leaving)
                    + sum(s[0] for s in life.extra_spans))
     return Timeline(tuple(steps), a.names, resolved.recomputed, live, peak, live.index(peak) if live else 0,

@@ -1,8 +1,9 @@
-"""Which saved values leave the device between forward and backward: offloaded to host or partitioned over ranks.
+"""Which saved values leave the device between forward and backward: offloaded to host or sharded over ranks.
 
-The solvers decide what to recompute; every saved value then goes to host (offload), to 1/world per rank
-(partition) or stays whole on the device, by the rule here. The rule is applied inside `Problem.resolve`, so every
-candidate plan is simulated with its transfers and the solvers plan recomputation around them.
+The solvers decide what to recompute; every saved value then goes to host (offload), to 1/world per rank (shard,
+the partition= option) or stays whole on the device, by the rule here. The rule is applied inside
+`Problem.resolve`, so every candidate plan is simulated with its transfers and the solvers plan recomputation around
+them. How each move keeps a value, and what that costs, is its entry in runtime/table.py.
 """
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from typing import Mapping
 import torch
 
 from ..capture import Graph, Role, Value
-from ..runtime.ops import shard_numel
+from ..runtime.table import OFFLOADING, Move
 
-# Offload and partition are worth their copy only for values at least this large.
+# Offload and shard are worth their copy only for values at least this large.
 MIN_TRANSFER_BYTES = 1024
 # Flops per second the compute hiding a host copy is assumed to run at (offload="auto"); a conservative figure
 # for a current datacenter GPU in fp32.
@@ -27,9 +28,9 @@ class Transfer:
 
     offload: bool | str = False  # False, True (every saved value) or "auto" (where the copy hides behind compute)
     host_bandwidth: int = 12 * 10**9  # bytes per second
-    world: int = 1  # ranks saved values are partitioned over; 1: no partition
+    world: int = 1  # ranks saved values are sharded over (the partition= option); 1: none
     rank: int = 0
-    group: str = ""  # name of the partition's process group, as collectives in the graph name theirs
+    group: str = ""  # name of the shard group, as collectives in the graph name theirs
 
     @property
     def active(self) -> bool:
@@ -42,12 +43,17 @@ def eligible(graph: Graph, name: str) -> bool:
             and v.device in ("cpu", "cuda"))
 
 
-def shard_bytes(value: Value, world: int) -> int:
-    """Device bytes one rank keeps of a partitioned value: ceil(numel / world) elements, the last shard
-    zero-padded, as ``remat::shard`` allocates it. The plan's decisions and the simulation both size shards here, so
-    a value whose element count is not a multiple of `world` gets one size everywhere."""
+def kept_bytes(value: Value, move: Move, world: int) -> int:
+    """Device bytes a saved value holds between forward and backward in the form `move` keeps it (a shard: ceil(numel
+    / world) elements, the last shard zero-padded, as ``remat::shard`` allocates it). The plan's decisions and the
+    simulation both size kept forms here, so a value gets one size everywhere."""
     itemsize = torch.empty((), dtype=getattr(torch, value.dtype)).element_size()
-    return shard_numel(value.nbytes // itemsize, world) * itemsize
+    return move.kept(value.nbytes, itemsize, value.device, world)
+
+
+def transfer_seconds(value: Value, move: Move, transfer: Transfer) -> float:
+    """Seconds the copies of `value` over the host link take in one step under `move`, at host_bandwidth."""
+    return move.host_copies * value.nbytes / transfer.host_bandwidth
 
 
 def hides_offload(graph: Graph, costs: Mapping[str, int], transfer: Transfer) -> frozenset[str]:
@@ -65,7 +71,6 @@ def hides_offload(graph: Graph, costs: Mapping[str, int], transfer: Transfer) ->
         if v.device != "cuda" or not eligible(graph, v.name):
             continue
         last = max((position[u] for u in v.users if u in position), default=position[v.name])
-        seconds = 2 * v.nbytes / transfer.host_bandwidth
-        if seconds <= suffix[last + 1] / DEVICE_FLOPS_PER_S:
+        if transfer_seconds(v, OFFLOADING, transfer) <= suffix[last + 1] / DEVICE_FLOPS_PER_S:
             hidden.add(v.name)
     return frozenset(hidden)

@@ -1,15 +1,22 @@
-"""Profile marks in the backward module: a timestamp pair around every run of recomputation and every gather."""
+"""Profile marks in the backward module: a timestamp pair around every run of recomputation and of a move's backward
+chain that is not one timed remat op (a sharded value's gather; runtime/table.py's Move.marked)."""
 from __future__ import annotations
 
 import torch
 import torch.fx as fx
 
 from ..plan.problem import Problem, Resolved
+from ..runtime.table import MARK as MARK_OP
+from ..runtime.table import MOVES, RECOMPUTE, target
 from .marks import MARK
+
+# Profile key → the op whose results a run of its backward chain counts (the all_gather, not the wait, slice and
+# view after it, which hand the same bytes on).
+_CHAINS = {move.profile: target(move.backward[0][0]) for move in MOVES.values() if move.marked}
 
 
 def mark_recomputation(bw: fx.GraphModule, problem: Problem, resolved: Resolved, profile_id: int) -> None:
-    """Insert `remat::mark` before and after each maximal run of recomputed nodes (and of gather nodes)."""
+    """Insert `remat::mark` before and after each maximal run of recomputed nodes (and of a marked chain's nodes)."""
     nodes = [n for n in bw.graph.nodes if n.op == "call_function"]
     runs: list[tuple[str, list[fx.Node]]] = []
     for node in nodes:
@@ -26,31 +33,27 @@ def mark_recomputation(bw: fx.GraphModule, problem: Problem, resolved: Resolved,
         end = _tensor(run[-1]) or begin
         if begin is None:
             continue
-        # a gather moves what its all_gathers return; the wait, slice and view after each hand the same bytes on
-        nbytes = sum(_bytes(n) for n in run if kind != "gather" or n.target in _GATHERS)
+        nbytes = sum(_bytes(n) for n in run if kind == RECOMPUTE or n.target is _CHAINS[kind])
         label = f"{kind}{number}"
         with bw.graph.inserting_before(run[0]):
-            bw.graph.call_function(torch.ops.remat.mark.default, (begin, profile_id, label, kind, nbytes, True))
+            bw.graph.call_function(MARK_OP.overload, (begin, profile_id, label, kind, nbytes, True))
         with bw.graph.inserting_after(run[-1]):
-            bw.graph.call_function(torch.ops.remat.mark.default, (end, profile_id, label, kind, nbytes, False))
+            bw.graph.call_function(MARK_OP.overload, (end, profile_id, label, kind, nbytes, False))
     bw.graph.lint()
     bw.recompile()
 
 
 def _kind(node: fx.Node, resolved: Resolved) -> str | None:
     added = node.meta.get(MARK, ("", ""))[0]
-    if added == "gather":
-        return "gather"
+    if added in _CHAINS:
+        return added
     if node.name in resolved.recomputed or added == "replay":
-        return "recompute"
+        return RECOMPUTE
     return None
 
 
 def _tensor(node: fx.Node) -> fx.Node | None:
     return node if isinstance(node.meta.get("val"), torch.Tensor) else None
-
-
-_GATHERS = (torch.ops._c10d_functional.all_gather_into_tensor.default,)
 
 
 def _device_anchor(node: fx.Node) -> fx.Node | None:
@@ -69,5 +72,5 @@ def mark_step(fw: fx.GraphModule, profile_id: int) -> None:
     if anchor is None or first is None:
         return
     with fw.graph.inserting_before(first):
-        fw.graph.call_function(torch.ops.remat.mark.default, (anchor, profile_id, "step", "step", 0, True))
+        fw.graph.call_function(MARK_OP.overload, (anchor, profile_id, "step", "step", 0, True))
     fw.recompile()

@@ -1,10 +1,11 @@
-"""Saved values that leave the device or move into an arena: offload, partition and contiguous, in the joint graph.
+"""Saved values that leave the device or move into an arena: offload, shard (the partition= option) and contiguous.
 
-Each is the same move on the extracted modules: after the forward value `v`, insert the forward half
-(`remat::offload`, `remat::shard`) and return its result in `v`'s saved slot; backward's placeholder receives it, and
-the backward half (`remat::reload`; all_gather + slice + view) runs just before the first reader of `v`. Packed
-values go into the arena together, in one `remat::arena_pack` as the forward's last op (so the inner compiler sees
-the arena views only as outputs and never reuses their memory); backward reads them in place.
+Each move is the same on the extracted modules, as its entry in runtime/table.py declares it: after the forward
+value `v`, insert the move's forward op (`remat::offload`, `remat::shard`) and return its result in `v`'s saved slot;
+backward's placeholder receives it, and the move's backward chain (`remat::reload`; all_gather + slice + view) runs
+just before the first reader of `v`. Packed values go into the arena together, in one `remat::arena_pack` as the
+forward's last op (so the inner compiler sees the arena views only as outputs and never reuses their memory);
+backward reads them in place.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch.fx as fx
 from .. import _torch
 from ..capture import Role
 from ..plan.problem import Problem, Resolved
-from ..runtime import identity
+from ..runtime.table import ARENA_PACK, Move, Site, target
 from .marks import MARK
 
 
@@ -26,40 +27,40 @@ from .marks import MARK
 class Runtime:
     """What the inserted ops need to know at run time."""
 
-    group: Any = None  # process group of partition; None: no partition
-    check_every_call: bool = False  # compare partitioned values across ranks on every call, not only the first
+    group: Any = None  # process group values are sharded over (the partition= option); None: none
+    check_every_call: bool = False  # compare sharded values across ranks on every call, not only the first
     contiguous_key: int = -1  # arena key of this graph; -1: contiguous off
     profile_id: int = -1
     sync: bool = False
 
     @property
     def group_name(self) -> str:
-        """The group's name, by which functional collectives address it; "" without partition."""
+        """The group's name, by which functional collectives address it; "" without sharding."""
         return self.group.group_name if self.group is not None else ""
 
     @property
     def plain(self) -> bool:
-        """No runtime op is needed: nothing partitioned, packed or profiled."""
+        """No runtime op is needed: nothing sharded, packed or profiled."""
         return not self.group_name and self.contiguous_key < 0 and self.profile_id < 0
 
 
 def move_saved(fw: fx.GraphModule, bw: fx.GraphModule, num_fwd_outputs: int, problem: Problem,
                resolved: Resolved, runtime: Runtime) -> None:
-    """Rewrite, in place, the freshly extracted forward and backward modules so offloaded, partitioned and
+    """Rewrite, in place, the freshly extracted forward and backward modules so offloaded, sharded and
     (contiguous) packed saved values travel in their moved form. The saved slot of each keeps its position: the
     forward returns the moved form there and backward's placeholder receives it."""
     output = next(n for n in reversed(fw.graph.nodes) if n.op == "output")
     outs = list(output.args[0])
     saved = [(i, n) for i, n in enumerate(outs) if i >= num_fwd_outputs and isinstance(n, fx.Node)]
     packed = _packed(problem, resolved, runtime, [n.name for _, n in saved])
-    if not (resolved.offloaded or resolved.partitioned or packed):
+    moves = resolved.moves
+    if not (moves or packed):
         return
     placeholders = {n.name: n for n in bw.graph.nodes if n.op == "placeholder"}
     for i, node in saved:
-        name = node.name
-        move = _offload if name in resolved.offloaded else _partition if name in resolved.partitioned else None
-        if move is not None and name in placeholders:
-            outs[i] = move(fw, bw, node, placeholders[name], problem, runtime)
+        move = moves.get(node.name)
+        if move is not None and node.name in placeholders:
+            outs[i] = _move(fw, bw, node, placeholders[node.name], move, _site(node, problem, runtime))
     slots = [(i, node) for i, node in saved if node.name in packed and node.name in placeholders]
     if slots:
         _pack(fw, output, outs, slots, placeholders, runtime)
@@ -72,7 +73,7 @@ def move_saved(fw: fx.GraphModule, bw: fx.GraphModule, num_fwd_outputs: int, pro
 def _packed(problem: Problem, resolved: Resolved, runtime: Runtime, saved: list[str]) -> list[str]:
     if runtime.contiguous_key < 0:
         return []
-    moved = resolved.offloaded | resolved.partitioned
+    moved = resolved.moves
     out = []
     for name in saved:
         v = problem.graph.by_name.get(name)
@@ -83,39 +84,30 @@ def _packed(problem: Problem, resolved: Resolved, runtime: Runtime, saved: list[
     return out
 
 
-def _offload(fw, bw, node, placeholder, problem, runtime):
-    device = node.meta["val"].device
-    host = _after(fw, node, torch.ops.remat.offload.default, (node, runtime.profile_id, runtime.sync), "offload")
-    _receive(placeholder, host)
-    _before_users(bw, placeholder, [(torch.ops.remat.reload.default,
-                                     lambda p: (p, device, runtime.profile_id, runtime.sync))], "reload")
-    return host
-
-
-def _partition(fw, bw, node, placeholder, problem, runtime):
+def _site(node: fx.Node, problem: Problem, runtime: Runtime) -> Site:
     t = problem.transfer
-    val = node.meta["val"]
-    check_id = identity.register(node.name, runtime.group, runtime.check_every_call)
-    shard = _after(fw, node, torch.ops.remat.shard.default,
-                   (node, t.rank, t.world, runtime.profile_id, runtime.sync, check_id), "shard")
-    _receive(placeholder, shard)
-    chain = [
-        (torch.ops._c10d_functional.all_gather_into_tensor.default, lambda p: (p, t.world, runtime.group_name)),
-        (torch.ops._c10d_functional.wait_tensor.default, lambda p: (p,)),
-        (torch.ops.aten.slice.Tensor, lambda p: (p, 0, 0, val.numel())),
-        (torch.ops.aten.view.default, lambda p: (p, list(val.shape))),
-    ]
-    _before_users(bw, placeholder, chain, "gather")
-    return shard
+    return Site(node.name, node.meta["val"], runtime.profile_id, runtime.sync, t.rank, t.world, runtime.group,
+                runtime.group_name, runtime.check_every_call)
+
+
+def _move(fw: fx.GraphModule, bw: fx.GraphModule, node: fx.Node, placeholder: fx.Node, move: Move,
+          site: Site) -> fx.Node:
+    """`move`'s forward op right after `node`, its backward chain right before the first reader of `placeholder`;
+    the forward op's result, which the forward returns in `node`'s saved slot."""
+    op, make_args = move.forward
+    kept = _after(fw, node, target(op), make_args(node, site), op.name)
+    _receive(placeholder, kept)
+    _before_users(bw, placeholder, move, site)
+    return kept
 
 
 def _pack(fw, output, outs, slots, placeholders, runtime) -> None:
     """One `remat::arena_pack` of every packed value, right before the forward returns them."""
     nodes = [node for _, node in slots]
     with fw.graph.inserting_before(output):
-        pack = fw.graph.call_function(torch.ops.remat.arena_pack.default,
+        pack = fw.graph.call_function(ARENA_PACK.overload,
                                       (nodes, runtime.contiguous_key, runtime.profile_id, runtime.sync))
-        pack.meta["val"] = _fake_run(torch.ops.remat.arena_pack.default, pack.args)
+        pack.meta["val"] = _fake_run(ARENA_PACK.overload, pack.args)
         for k, (i, node) in enumerate(slots):
             slot = fw.graph.call_function(operator.getitem, (pack, k))
             slot.name = f"{node.name}_packed"
@@ -124,11 +116,11 @@ def _pack(fw, output, outs, slots, placeholders, runtime) -> None:
             outs[i] = slot
 
 
-def _after(gm: fx.GraphModule, node: fx.Node, target, args: tuple, suffix: str) -> fx.Node:
+def _after(gm: fx.GraphModule, node: fx.Node, op, args: tuple, suffix: str) -> fx.Node:
     with gm.graph.inserting_after(node):
-        new = gm.graph.call_function(target, args)
+        new = gm.graph.call_function(op, args)
     new.name = f"{node.name}_{suffix}"
-    new.meta["val"] = _fake_run(target, args)
+    new.meta["val"] = _fake_run(op, args)
     return new
 
 
@@ -138,9 +130,9 @@ def _receive(placeholder: fx.Node, moved: fx.Node) -> None:
     placeholder.meta.pop("tensor_meta", None)
 
 
-def _before_users(bw: fx.GraphModule, placeholder: fx.Node, chain: list, suffix: str) -> None:
-    """Insert the backward half, a chain of (op, args from the previous node) pairs, right before the first reader
-    of `placeholder`, and route every reader to its last node."""
+def _before_users(bw: fx.GraphModule, placeholder: fx.Node, move: Move, site: Site) -> None:
+    """Insert `move`'s backward chain right before the first reader of `placeholder`, and route every reader to its
+    last node. Each node is marked with the move's profile key (marks.py)."""
     users = list(placeholder.users)
     if not users:
         return
@@ -148,23 +140,23 @@ def _before_users(bw: fx.GraphModule, placeholder: fx.Node, chain: list, suffix:
     first = min(users, key=order.__getitem__)
     current = placeholder
     with bw.graph.inserting_before(first):
-        for step, (op, make_args) in enumerate(chain):
-            node = bw.graph.call_function(op, make_args(current))
-            node.name = f"{placeholder.name}_{suffix}" + (f"_{step}" if step else "")
-            node.meta[MARK] = (suffix, placeholder.name)
-            node.meta["val"] = _fake_run(op, node.args)
+        for step, (op, make_args) in enumerate(move.backward):
+            node = bw.graph.call_function(target(op), make_args(current, site))
+            node.name = f"{placeholder.name}_{move.profile}" + (f"_{step}" if step else "")
+            node.meta[MARK] = (move.profile, placeholder.name)
+            node.meta["val"] = _fake_run(node.target, node.args)
             current = node
     for user in users:
         user.replace_input_with(placeholder, current)
 
 
-def _fake_run(target, args):
+def _fake_run(op, args):
     vals = fx.node.map_arg(args, lambda n: n.meta["val"])
     tensor = next(v for v in _torch.tree_leaves(vals) if isinstance(v, torch.Tensor))
     mode = getattr(tensor, "fake_mode", None)
     if mode is None:
-        return target(*vals)
+        return op(*vals)
     with mode:
-        return target(*vals)
+        return op(*vals)
 
 

@@ -1,12 +1,12 @@
-"""The condition partitioning rests on: a value sharded over a group is identical on every rank of that group.
+"""The condition sharding (partition=) rests on: a value sharded over a group is identical on every rank of it.
 
-Each rank keeps 1/world of a partitioned value and backward all-gathers the shards, which rebuilds the value only if
+Each rank keeps 1/world of a sharded value and backward all-gathers the shards, which rebuilds the value only if
 every rank held the same value (the model-/tensor-parallel group of DeepSpeed's `partition_activations`). Under data
 parallelism each rank holds its own batch, and the gather would stitch together pieces of different ranks' values:
 wrong gradients, no error. So before a rank discards the other shards, the ranks compare an exact checksum of the
 value; a mismatch raises `PartitionMismatch` on every rank (all compare the same gathered checksums, so none hangs).
 
-A check is registered once per partitioned value of a compiled graph (or per eager checkpointed function) and runs
+A check is registered once per sharded value of a compiled graph (or per eager checkpointed function) and runs
 on its first call, or on every call when registered with `every_call` (`debug=True`).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .collective import all_gather
 
 
 class PartitionMismatch(RuntimeError):
-    """A value to be partitioned differs across the ranks of the partition group."""
+    """A value to be sharded differs across the ranks of the shard group (the partition= option)."""
 
 
 @dataclasses.dataclass

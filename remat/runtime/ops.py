@@ -1,4 +1,6 @@
-"""The remat:: ops the rewritten graphs call, registered with torch.library so every inner compiler takes them.
+"""The kernels of the remat:: ops the rewritten graphs call; table.py declares each op (its fake implementation,
+profile key, and how the rewrite and the planner use it) and registers the kernels here with torch.library, so every
+inner compiler takes them.
 
 - ``remat::offload(x)`` → a host copy of `x` (pinned, on a side stream, on CUDA; a plain copy on CPU);
   ``remat::reload(host, device)`` → the device copy back. Strides are kept for dense tensors; other views (expanded,
@@ -18,6 +20,7 @@ Every op takes `profile_id` (-1: none) and `sync` (DeepSpeed's `synchronize`: wa
 """
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -25,24 +28,25 @@ from torch import Tensor
 
 from . import buffers, identity, profile, streams
 from .collective import all_gather
+from .table import ARENA_PACK, ARENA_STORE, MARK, OFFLOAD, RELOAD, SHARD, SHARDING, shard_numel
 
-_LIB = "remat"
+__all__ = ["arena_pack", "arena_store", "gather_shards", "mark", "offload", "reload", "shard", "shard_numel"]
 
 
-def _timed(profile_id: int, kind: str, nbytes: int, sync: bool, device: torch.device, work):
+def _timed(profile_id: int, kind: str | None, nbytes: int, sync: bool, device: torch.device, work):
     if sync:
         profile.synchronize(device)
-    record = profile.lookup(profile_id)
+    record = profile.lookup(profile_id) if kind else None
     start = time.perf_counter() if record else 0.0
     out = work()
     if sync:
         profile.synchronize(device)
-    if record:
+    if record and kind:
         record.add(kind, time.perf_counter() - start, nbytes)
     return out
 
 
-@torch.library.custom_op(f"{_LIB}::offload", mutates_args=())
+@OFFLOAD.register
 def offload(x: Tensor, profile_id: int = -1, sync: bool = False) -> Tensor:
     nbytes = x.numel() * x.element_size()
 
@@ -52,15 +56,10 @@ def offload(x: Tensor, profile_id: int = -1, sync: bool = False) -> Tensor:
         host = torch.empty_like(x, device="cpu")
         return host.copy_(x)
 
-    return _timed(profile_id, "offload", nbytes, sync, x.device, work)
+    return _timed(profile_id, OFFLOAD.profile, nbytes, sync, x.device, work)
 
 
-@offload.register_fake
-def _(x: Tensor, profile_id: int = -1, sync: bool = False) -> Tensor:
-    return torch.empty_like(x, device="cpu")
-
-
-@torch.library.custom_op(f"{_LIB}::reload", mutates_args=())
+@RELOAD.register
 def reload(host: Tensor, device: torch.device, profile_id: int = -1, sync: bool = False) -> Tensor:
     nbytes = host.numel() * host.element_size()
 
@@ -69,21 +68,10 @@ def reload(host: Tensor, device: torch.device, profile_id: int = -1, sync: bool 
             return streams.to_device(host, device)
         return torch.empty_like(host, device=device).copy_(host)
 
-    return _timed(profile_id, "reload", nbytes, sync, device, work)
+    return _timed(profile_id, RELOAD.profile, nbytes, sync, device, work)
 
 
-@reload.register_fake
-def _(host: Tensor, device: torch.device, profile_id: int = -1, sync: bool = False) -> Tensor:
-    return torch.empty_like(host, device=device)
-
-
-def shard_numel(numel: int, world: int) -> int:
-    """Elements each rank keeps of a value with `numel` elements: ceil(numel / world), the last shard zero-padded
-    (plan/transfer.py's shard_bytes sizes the planned shards with it)."""
-    return -(-numel // world)
-
-
-@torch.library.custom_op(f"{_LIB}::shard", mutates_args=())
+@SHARD.register
 def shard(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False, check_id: int = -1) -> Tensor:
     identity.verify(check_id, x)  # the ranks agree that x is one value before each keeps only its part
     chunk = shard_numel(x.numel(), world)
@@ -96,21 +84,14 @@ def shard(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = F
         out[: stop - start].copy_(flat[start:stop])
         return out
 
-    return _timed(profile_id, "shard", chunk * x.element_size(), sync, x.device, work)
-
-
-@shard.register_fake
-def _(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False, check_id: int = -1) -> Tensor:
-    return x.new_empty(shard_numel(x.numel(), world))
+    return _timed(profile_id, SHARD.profile, chunk * x.element_size(), sync, x.device, work)
 
 
 def gather_shards(chunk: Tensor, shape: torch.Size, world: int, group=None, profile_id: int = -1,
                   sync: bool = False) -> Tensor:
     """The value `remat::shard` split: every rank's chunk gathered over `group` (all ranks take part), unpadded and
     viewed back to `shape`. The eager counterpart of the sharded value's backward."""
-    numel = 1
-    for size in shape:
-        numel *= size
+    numel = math.prod(shape)
 
     def work() -> Tensor:
         if world == 1:
@@ -119,10 +100,10 @@ def gather_shards(chunk: Tensor, shape: torch.Size, world: int, group=None, prof
         # contiguous arena slot in use into the next step.
         return all_gather(chunk.clone(), world, group).view(-1)[:numel].view(shape)
 
-    return _timed(profile_id, "gather", chunk.numel() * chunk.element_size() * world, sync, chunk.device, work)
+    return _timed(profile_id, SHARDING.profile, chunk.numel() * chunk.element_size() * world, sync, chunk.device, work)
 
 
-@torch.library.custom_op(f"{_LIB}::arena_store", mutates_args=())
+@ARENA_STORE.register
 def arena_store(x: Tensor, key: int, num_slots: int, profile_id: int = -1, sync: bool = False) -> Tensor:
     nbytes = x.numel() * x.element_size()
 
@@ -137,36 +118,19 @@ def arena_store(x: Tensor, key: int, num_slots: int, profile_id: int = -1, sync:
             slot = arena[offset: offset + nbytes].view(x.dtype).as_strided(x.shape, dense.stride())
         return slot.copy_(x)
 
-    return _timed(profile_id, "pack", nbytes, sync, x.device, work)
+    return _timed(profile_id, ARENA_STORE.profile, nbytes, sync, x.device, work)
 
 
-@arena_store.register_fake
-def _(x: Tensor, key: int, num_slots: int, profile_id: int = -1, sync: bool = False) -> Tensor:
-    return torch.empty_like(x)
-
-
-# arena_pack's results share one storage (the arena), which torch.library.custom_op forbids between returns; it is
-# defined on a plain library fragment instead. It runs after autograd has been traced away (inside the forward
-# module), so no autograd or functionalization rule is needed.
-_fragment = torch.library.Library(_LIB, "FRAGMENT")
-_fragment.define("arena_pack(Tensor[] xs, int key, int profile_id=-1, bool sync=False) -> Tensor[]")
-
-
+@ARENA_PACK.register
 def arena_pack(xs: list[Tensor], key: int, profile_id: int = -1, sync: bool = False) -> list[Tensor]:
     """All of a step's saved values into graph `key`'s arena at once, in order. Called as the forward's last op,
-    so its results are graph outputs only: a compiler never reuses their memory for its own buffers."""
+    so its results are graph outputs only: a compiler never reuses their memory for its own buffers. Its results
+    share one storage (the arena), which torch.library.custom_op forbids between returns: its schema is spelled
+    out (table.ARENA_PACK)."""
     return [arena_store(x, key, len(xs), profile_id, sync) for x in xs]
 
 
-_fragment.impl("arena_pack", arena_pack, "CompositeExplicitAutograd")
-
-
-@torch.library.register_fake(f"{_LIB}::arena_pack")
-def _(xs: list[Tensor], key: int, profile_id: int = -1, sync: bool = False) -> list[Tensor]:
-    return [torch.empty_like(x) for x in xs]
-
-
-@torch.library.custom_op(f"{_LIB}::mark", mutates_args=())
+@MARK.register
 def mark(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: int, begin: bool) -> None:
     record = profile.lookup(profile_id)
     if record is None:
@@ -179,7 +143,3 @@ def mark(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: int, be
     else:
         record.end(label, kind, nbytes)
 
-
-@mark.register_fake
-def _(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: int, begin: bool) -> None:
-    return None

@@ -14,8 +14,9 @@ import weakref
 import torch
 
 from ..units import fmt_bytes, render_table
+from .table import PROFILE_KEYS
 
-KINDS = ("recompute", "offload", "reload", "shard", "gather", "pack")
+KINDS = PROFILE_KEYS  # recompute, then the keys of the checkpoint ops (table.py)
 
 
 @dataclasses.dataclass
