@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 import pytest
 
+import remat
 from remat.compare import compare_solvers
 from remat.config import RematConfig
 from remat.pipeline import plan_joint
@@ -26,6 +27,7 @@ from remat.plan.simulate import simulate
 from remat.plan.solvers import SOLVERS
 from remat.zoo import GPT, MLP, GPTConfig, Llama, gpt_loss, make_gpt_batch, make_mlp_batch, mlp_loss
 
+from graphs import MIB, CosMM, cosmm_input
 from random_graphs import random_model
 from test_fuzz import trace_joint
 
@@ -33,6 +35,8 @@ GRAPHS = range(200)
 INNERS = ("aot_eager", "inductor")
 HEURISTICS = ("auto", "greedy", "mincut")
 TIME_LIMIT = 5.0
+COS = 2 * MIB * 10  # recompute cost of one 512x512 cos (tests/test_plan_exact.py)
+MM = 2 * 512**3
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,6 +90,19 @@ def test_rows_follow_the_inner_model():
         assert not optimal.build(fused).bounds
         differs += optimal.liveness(eager).base != optimal.liveness(fused).base
     assert differs
+
+
+@pytest.mark.parametrize("inner", INNERS)
+def test_gap_on_the_exact_graph(inner):
+    """CosMM's optimal plans (tests/test_plan_exact.py): under aot_eager the MILP proves them optimal, so the gap is
+    0 up to rounding; under inductor no bound is claimed."""
+    for budget, cost in ((5 * MIB + 16, 5 * COS + MM), (6 * MIB + 16, 5 * COS)):
+        plan = remat.explain(CosMM(), cosmm_input(), memory_budget=budget, solver="optimal", inner=inner)
+        assert plan.feasible and plan.recompute_flops == cost
+        if inner == "inductor":
+            assert plan.gap is None
+        else:
+            assert plan.gap is not None and 0 <= plan.gap < 1e-9
 
 
 def check_graph(seed: int, inner: str) -> tuple[float, list[float]]:

@@ -141,12 +141,8 @@ def _search(model: Model, problem: Problem, evaluator: Evaluator, limit: int) ->
     rows_limit = float(limit)
     for round_ in range(MAX_ROUNDS):
         res = _solve(model, rows_limit, evaluator.time_limit)
-        if round_ == 0 and model.bounds and res.status in (0, 1):
-            dual = getattr(res, "mip_dual_bound", None)
-            if dual is None and res.status == 0:
-                dual = res.fun
-            # less the most the tie-breaking price on saved values can add
-            bound = None if dual is None else max(0.0, float(dual) - 1e-9 * len(model.names))
+        if round_ == 0 and model.bounds:
+            bound = _proved(model, res)
         if res.x is None:
             break
         scored = evaluator.score(_chosen(model, res.x, problem))
@@ -156,6 +152,22 @@ def _search(model: Model, problem: Problem, evaluator: Evaluator, limit: int) ->
         # the rows must come down by the excess from where they put this plan
         rows_limit = min(rows_limit, _rows_peak(model, res.x)) - max(scored.peak - limit, 1)
     return found, bound
+
+
+def _proved(model: Model, res) -> float | None:
+    """The lower bound HiGHS proved on the cost of the rows' solutions (None: none proved), less the most the
+    tie-breaking price on saved values adds. Infeasible rows prove that no plan meets the limit: no bound then
+    either, as no plan is returned against it."""
+    if res.status not in (0, 1):
+        return None
+    dual = getattr(res, "mip_dual_bound", None)
+    if dual is None and res.status == 0:
+        dual = res.fun
+    return None if dual is None else max(0.0, float(dual) - 1e-9 * len(model.names))
+
+
+def _bound(model: Model, limit: int, time_limit: float) -> float | None:
+    return _proved(model, _solve(model, limit, time_limit))
 
 
 class Staircase:
@@ -226,8 +238,9 @@ def _rows_peak(model: Model, x: np.ndarray) -> float:
 
 
 def solve(problem: Problem, budget: int | None, evaluator: Evaluator) -> Scored:
-    """The pool's cheapest plan meeting `budget` (evaluator.pick; the least-peak plan when none does). Its `bound`
-    is the best of the MILP's lower bounds at the limits traced at or above the budget, when the plan meets it."""
+    """The pool's cheapest plan meeting `budget` (evaluator.pick; the least-peak plan when none does). When it meets
+    the budget, its `bound` is the best lower bound the MILP proved for the budget or a limit above it (None under
+    inductor, where the rows do not relax the simulation)."""
     if budget is None:
         return evaluator.pick(heuristic_family(evaluator, tuple(BUILDERS)), None)
     stairs = evaluator.once("optimal", Staircase)
@@ -235,4 +248,6 @@ def solve(problem: Problem, budget: int | None, evaluator: Evaluator) -> Scored:
     if chosen.peak > budget:
         return chosen
     proved = [b for limit, b in stairs.bounds if limit >= budget and b is not None]
+    if stairs.model.bounds:  # the tightest: the MILP for the budget itself (the plan stays the pool's)
+        proved += [b for b in (_bound(stairs.model, budget, evaluator.time_limit),) if b is not None]
     return dataclasses.replace(chosen, bound=max(proved, default=None))
