@@ -1,6 +1,6 @@
 """The optimal solver against the simulator and the heuristics.
 
-- The MILP's memory rows (simulate.liveness) relax the simulation under the eager inner compilers: at any plan the
+- The MILP's memory rows (plan/liveness.py) relax the simulation under the eager inner compilers: at any plan the
   rows' peak is at most the simulated peak, and they are the simulation's own at the plan that saves everything.
 - On seeded random graphs under both inner models (inductor, aot_eager), at budgets from the baseline peak down to
   zero: optimal's plan is never costlier than a heuristic plan meeting the same budget, its simulated peak never
@@ -23,6 +23,7 @@ from remat.config import RematConfig
 from remat.pipeline import plan_joint
 from remat.plan import optimal
 from remat.plan.evaluate import Evaluator
+from remat.plan.liveness import liveness
 from remat.plan.simulate import simulate
 from remat.plan.solvers import SOLVERS
 from remat.zoo import GPT, MLP, GPTConfig, Llama, gpt_loss, make_gpt_batch, make_mlp_batch, mlp_loss
@@ -77,7 +78,7 @@ def test_rows_relax_the_simulation_and_are_exact_when_everything_is_saved(seed):
     for p, name in enumerate(timeline.steps):
         if p < timeline.num_forward or name in problem.backward:
             at.setdefault(name, timeline.live[p])
-    rows = optimal.liveness(problem).rows
+    rows = liveness(problem).rows
     assert list(rows_at(model, problem, ())) == [at[name] for name in rows]
 
 
@@ -88,7 +89,7 @@ def test_rows_follow_the_inner_model():
     for seed in range(5):
         eager, fused = problem_of(seed, "aot_eager"), problem_of(seed, "inductor")
         assert not optimal.build(fused).bounds
-        differs += optimal.liveness(eager).base != optimal.liveness(fused).base
+        differs += liveness(eager).base != liveness(fused).base
     assert differs
 
 

@@ -2,7 +2,7 @@
 
 Variables: for every candidate value, s (saved) and r (recomputed). Constraints: what backward reads is saved or
 recomputed; a recomputed value's forward inputs are saved or recomputed; must-save values are never recomputed,
-views and tuples never saved. The memory rows are the simulator's own lifetimes made linear (simulate.liveness): at
+views and tuples never saved. The memory rows are the simulator's own lifetimes made linear (liveness.py): at
 every forward step every plan runs and at every backward node, the bytes live whatever the plan, plus each saved
 value over the steps it is live when saved and each recomputed value over the steps it is live when recomputed, as
 the simulation of the inner compiler (its schedule, fusion and buffer reuse, transfers) has them.
@@ -39,7 +39,7 @@ import scipy.sparse as sp
 from .evaluate import Evaluator, Scored, pick
 from .family import BUILDERS, heuristic_family
 from .problem import Problem
-from .simulate import liveness
+from .liveness import liveness
 
 MAX_ROUNDS = 3  # MILP solves per step while a solution simulates over the step's limit
 MAX_STEPS = 64  # limits the staircase solves for; below the last, budgets are answered from the pool found so far
@@ -51,7 +51,7 @@ class Model:
     names: tuple[str, ...]
     cost: np.ndarray
     structure: tuple  # (A, lb, ub) of the non-memory constraints
-    memory: sp.csr_matrix  # rows: simulate.liveness's rows; columns: [s..., r...]
+    memory: sp.csr_matrix  # rows: liveness.py's rows; columns: [s..., r...]
     base: np.ndarray  # bytes live at each row whatever the plan
     fixed: tuple[np.ndarray, np.ndarray]  # variable bounds
     bounds: bool  # the memory rows relax the simulation, so the MILP's dual bound bounds every plan's cost
@@ -98,7 +98,7 @@ def _sparse(rows: list[dict[int, float]], width: int) -> sp.csr_matrix:
 
 
 def _memory_rows(problem: Problem, col: dict[str, int]) -> tuple[sp.csr_matrix, np.ndarray]:
-    """simulate.liveness's terms as a matrix: a saved term in the value's s column, a recomputed one in its r column,
+    """liveness.py's terms as a matrix: a saved term in the value's s column, a recomputed one in its r column,
     over the term's rows."""
     live = liveness(problem)
     k = len(col)
