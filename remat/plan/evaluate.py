@@ -10,10 +10,12 @@ and how long an exact solver may search.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from .problem import Problem, Resolved
 from .simulate import Timeline, simulate
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,11 +39,15 @@ class Evaluator:
         self.time_limit = time_limit
         self.frugal = frugal
         self._memo: dict[Resolved, tuple[float, Timeline]] = {}
-        self._families: dict[str, list[Scored]] = {}
+        self._families: dict[str, Any] = {}
         self._variants: dict[str, Evaluator] = {}
 
     def family(self, name: str, build) -> list[Scored]:
         """A solver's budget-independent family of plans, built once per problem."""
+        return self.once(name, build)
+
+    def once(self, name: str, build: Callable[[Problem, Evaluator], T]) -> T:
+        """What `build(problem, evaluator)` returns, built once per problem: a family, an exact solver's search."""
         if name not in self._families:
             self._families[name] = build(self.problem, self)
         return self._families[name]

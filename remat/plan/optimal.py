@@ -1,15 +1,32 @@
-"""Optimal solver: a mixed-integer program solved by HiGHS (scipy.optimize.milp).
+"""Optimal solver: a mixed-integer program solved by HiGHS (scipy.optimize.milp), judged by the simulator.
 
 Variables: for every candidate value, s (saved) and r (recomputed). Constraints: what backward reads is saved or
 recomputed; a recomputed value's forward inputs are saved or recomputed; must-save values are never recomputed,
-views and tuples never saved. Memory rows bound, at every forward and backward step, a *lower bound* of the
-simulated live bytes: storages that are live whatever the plan (forward-output ancestors, backward temporaries,
-forward outputs), plus saved values until their last backward reader and directly-read recomputed values between
-their first and last backward reader. Minimising recompute cost under that relaxation gives a lower bound on the
-cost of any plan meeting the budget (`Plan.gap` is measured against it). Each solution is simulated; if its real
-peak is over the budget the memory rows are tightened by the excess and the program solved again. The best
-simulated-feasible plan found is returned; the heuristic families serve as incumbents, as a MIP start would.
-`solve` has the signature every solver has (solvers.py); the time limit per MILP is the evaluator's.
+views and tuples never saved. The memory rows are the simulator's own lifetimes made linear (liveness.py): at
+every forward step every plan runs and at every backward node, the bytes live whatever the plan, plus each saved
+value over the steps it is live when saved and each recomputed value over the steps it is live when recomputed, as
+the simulation of the inner compiler (its schedule, fusion and buffer reuse, transfers) has them.
+
+Where the rows are a bound. A term is read off a plan that saves every candidate or one that recomputes every
+choosable one; in another plan a value can live longer (a saved value read last by a recomputed reader, a value
+the forward computes only as an ancestor of a saved one, a recomputed chain's intermediates, a transfer's shard or
+host copy, a replayed op's generator state — none of which the rows count), never shorter, under the eager inner
+compilers: there the rows relax the simulation, and the MILP's dual bound is a lower bound on the cost of any plan
+whose simulated peak meets the row limit (`Plan.gap`). They are exact for plans that recompute only values read
+directly by backward nodes, from saved inputs. Under inductor whether a value is written out at all, and when a
+recomputed loop runs, depends on its neighbours' decisions, so the rows can count a buffer the chosen plan never
+allocates: no bound is claimed there (`bound` None).
+
+The plans: a staircase of limits traced down from the top, lazily, the same for every budget. The pool starts with
+the incumbents — every heuristic's family with its variants (so no heuristic plan meeting a budget is cheaper) and
+the MILP's least-peak search — and each step solves the MILP for its limit (the rows tightened by the excess while
+a solution simulates over it), keeps the solutions meeting the limit, and goes on to one byte under the pool's
+cheapest plan meeting the limit, or lower by a stride (1/GRID of the incumbents' peak span). A budget is answered by
+`evaluator.pick` from the incumbents and what the limits at or above it found. So each budget's pool holds the
+answer of every budget above it (the warm start), and what it adds peaks under that answer: a lower budget never
+gets a higher simulated peak, and planning afresh or after other budgets gives the same plan. Between limits a
+budget is answered from the limit below it, so the stride trades cost for planning time. `solve` has the signature
+every solver has (solvers.py); the time limit per MILP is the evaluator's.
 """
 from __future__ import annotations
 
@@ -19,13 +36,14 @@ import numpy as np
 import scipy.optimize as opt
 import scipy.sparse as sp
 
-from ..capture import Role
-from . import greedy, mincut
 from .evaluate import Evaluator, Scored, pick
-from .family import heuristic_family
+from .family import BUILDERS, heuristic_family
 from .problem import Problem
+from .liveness import liveness
 
-MAX_ROUNDS = 6
+MAX_ROUNDS = 3  # MILP solves per step while a solution simulates over the step's limit
+MAX_STEPS = 64  # limits the staircase solves for; below the last, budgets are answered from the pool found so far
+GRID = 32  # the staircase's limits fall by at least 1/GRID of the span of the incumbents' peaks per step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,9 +51,10 @@ class Model:
     names: tuple[str, ...]
     cost: np.ndarray
     structure: tuple  # (A, lb, ub) of the non-memory constraints
-    memory: sp.csr_matrix  # rows: steps; columns: [s..., r...]
+    memory: sp.csr_matrix  # rows: liveness.py's rows; columns: [s..., r...]
     base: np.ndarray  # bytes live at each row whatever the plan
     fixed: tuple[np.ndarray, np.ndarray]  # variable bounds
+    bounds: bool  # the memory rows relax the simulation, so the MILP's dual bound bounds every plan's cost
 
 
 def build(problem: Problem) -> Model:
@@ -65,7 +84,7 @@ def build(problem: Problem) -> Model:
     memory, base = _memory_rows(problem, col)
     cost = np.array([problem.solver_cost(n) for n in names], dtype=float)
     return Model(names, cost, (a, np.array(lo, float), np.array(hi, float)), memory, base,
-                 (np.zeros(2 * k), upper))
+                 (np.zeros(2 * k), upper), not problem.fuses)
 
 
 def _sparse(rows: list[dict[int, float]], width: int) -> sp.csr_matrix:
@@ -79,62 +98,22 @@ def _sparse(rows: list[dict[int, float]], width: int) -> sp.csr_matrix:
 
 
 def _memory_rows(problem: Problem, col: dict[str, int]) -> tuple[sp.csr_matrix, np.ndarray]:
-    graph = problem.graph
+    """liveness.py's terms as a matrix: a saved term in the value's s column, a recomputed one in its r column,
+    over the term's rows."""
+    live = liveness(problem)
     k = len(col)
-    excluded = {graph[o].storage for o in graph.bw_outputs}
-    outputs = {graph[o].storage for o in graph.fw_outputs if graph[graph[o].storage].role is Role.FORWARD}
-    fw_steps = [n for n in problem.forward if n in problem.fw_required]
-    pos = {n: i for i, n in enumerate(fw_steps)}
-    last_fw: dict[str, int] = {}
-    for n in fw_steps:
-        for inp in graph[n].inputs:
-            owner = graph[inp].storage
-            if owner in pos:
-                last_fw[owner] = pos[n]
-    base = []
-    rows: list[dict[int, float]] = []
-    entries: dict[int, float]
-    for t, n in enumerate(fw_steps):
-        live, entries = 0, {}
-        for m in fw_steps[: t + 1]:
-            v = graph[m]
-            if v.is_view or not v.nbytes:
-                continue
-            if m in outputs or last_fw.get(m, pos[m]) >= t:
-                live += v.nbytes
-            elif m in col:
-                entries[col[m]] = v.nbytes
-        for m, i in col.items():
-            if m not in pos and graph[m].index < graph[n].index and not graph[m].is_view:
-                entries[i] = graph[m].nbytes
-        base.append(live)
-        rows.append(entries)
-    bw_pos = {n: i for i, n in enumerate(problem.backward)}
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for n in problem.backward:
-        for inp in graph[n].inputs:
-            owner = graph[inp].storage
-            first.setdefault(owner, bw_pos[n])
-            last[owner] = bw_pos[n]
-    out_bytes = sum(graph[o].nbytes for o in outputs)
-    for t, n in enumerate(problem.backward):
-        live = out_bytes
-        for m in problem.backward[: t + 1]:
-            v = graph[m]
-            if not v.is_view and m not in excluded and last.get(m, bw_pos[m]) >= t:
-                live += v.nbytes
-        entries = {}
-        for m, i in col.items():
-            v = graph[m]
-            if v.is_view or m in outputs or m not in last or last[m] < t:
-                continue
-            entries[i] = v.nbytes
-            if first[m] <= t:
-                entries[k + i] = v.nbytes
-        base.append(live)
-        rows.append(entries)
-    return _sparse(rows, 2 * k), np.array(base, dtype=float)
+    data: list[int] = []
+    ri: list[int] = []
+    ci: list[int] = []
+    for offset, terms in ((0, live.saved), (k, live.recomputed)):
+        for name, spans in terms.items():
+            for first, last, size in spans:
+                ri.extend(range(first, last + 1))
+                ci.extend([offset + col[name]] * (last - first + 1))
+                data.extend([size] * (last - first + 1))
+    # duplicate (row, column) entries are summed: a value with two terms over one row counts both
+    memory = sp.csr_matrix((np.array(data, float), (ri, ci)), shape=(len(live.rows), 2 * k))
+    return memory, np.array(live.base, dtype=float)
 
 
 def _solve(model: Model, limit: float, time_limit: float):
@@ -154,48 +133,121 @@ def _chosen(model: Model, x: np.ndarray, problem: Problem) -> list[str]:
     return [n for i, n in enumerate(model.names) if x[k + i] > 0.5 and n in problem.choosable]
 
 
-def least_peak(problem: Problem, evaluator: Evaluator) -> Scored:
-    """The least-peak plan the MILP finds below the heuristics' least peak: solve for a peak one byte under the
-    best known, simulate, keep the result if its real peak is lower, repeat. Memoised per problem, so fractions
-    and infeasible budgets resolve against the same least peak on every call."""
-    def descend(problem: Problem, evaluator: Evaluator) -> list[Scored]:
-        incumbents = evaluator.family("greedy", greedy.family) + evaluator.family("mincut", mincut.family)
-        best = pick(incumbents, -1)  # least peak, then least cost
-        if not problem.choosable:
-            return [best]
-        model, limit = build(problem), best.peak - 1
-        for _ in range(MAX_ROUNDS):
-            res = _solve(model, limit, evaluator.time_limit)
-            if res.x is None:
-                break
-            found = evaluator.score(_chosen(model, res.x, problem))
-            if found.peak < best.peak or (found.peak == best.peak and found.cost < best.cost):
-                best = found
-            limit = min(limit, found.peak) - 1 if found.peak <= limit else limit - (found.peak - limit)
-        return [best]
-
-    return evaluator.family("optimal-least", descend)[0]
+def _search(model: Model, problem: Problem, evaluator: Evaluator, limit: int) -> tuple[list[Scored], float | None]:
+    """The MILP's plans for `limit` (the row limit tightened by the excess while a plan simulates over it), and its
+    lower bound on the cost of plans meeting `limit` when the rows relax the simulation and HiGHS proved one."""
+    found: list[Scored] = []
+    bound = None
+    rows_limit = float(limit)
+    for round_ in range(MAX_ROUNDS):
+        res = _solve(model, rows_limit, evaluator.time_limit)
+        if round_ == 0 and model.bounds:
+            bound = _proved(model, res)
+        if res.x is None:
+            break
+        scored = evaluator.score(_chosen(model, res.x, problem))
+        found.append(scored)
+        if scored.peak <= limit:
+            break
+        # the rows must come down by the excess from where they put this plan
+        rows_limit = min(rows_limit, _rows_peak(model, res.x)) - max(scored.peak - limit, 1)
+    return found, bound
 
 
-def solve(problem: Problem, budget: int | None, evaluator: Evaluator) -> Scored:
-    """The cheapest plan found meeting `budget`, of the MILP's solutions (each simulated) and the incumbents: both
-    heuristics' families with their variants and the least-peak plan. Its `bound` is the MILP's lower bound on
-    recompute cost when the plan meets the budget (None when no bound was proved)."""
-    incumbents = heuristic_family(evaluator, ("greedy", "mincut")) + [least_peak(problem, evaluator)]
-    if budget is None or not problem.choosable:
-        return evaluator.pick(incumbents, budget)
-    model = build(problem)
-    bound, limit, found = None, float(budget), []
-    for _ in range(MAX_ROUNDS):
+def _proved(model: Model, res) -> float | None:
+    """The lower bound HiGHS proved on the cost of the rows' solutions (None: none proved), less the most the
+    tie-breaking price on saved values adds. Infeasible rows prove that no plan meets the limit: no bound then
+    either, as no plan is returned against it."""
+    if res.status not in (0, 1):
+        return None
+    dual = getattr(res, "mip_dual_bound", None)
+    if dual is None and res.status == 0:
+        dual = res.fun
+    return None if dual is None else max(0.0, float(dual) - 1e-9 * len(model.names))
+
+
+def _bound(model: Model, limit: int, time_limit: float) -> float | None:
+    return _proved(model, _solve(model, limit, time_limit))
+
+
+class Staircase:
+    """The plans budgets are answered from, found once per problem and traced lazily from the top.
+
+    `fixed`: every heuristic's family with its variants and the least-peak search's plans (least_peak); `least`
+    their least peak. `found`: what the MILP found at the limits traced so far, each at or under the limit it was
+    solved for and above `least`; `bounds`: per limit, the MILP's lower bound on the cost of plans meeting it (None
+    where none was proved). Limits fall from the highest peak of `fixed` by at least 1/GRID of the fixed plans'
+    peak span per step, and to one byte under the pool's cheapest plan meeting the last limit, stopping at the
+    heuristics' least peak on the way."""
+
+    def __init__(self, problem: Problem, evaluator: Evaluator):
+        self.problem, self.evaluator = problem, evaluator
+        heuristics = heuristic_family(evaluator, tuple(BUILDERS))
+        self.model = build(problem)
+        self.fixed = heuristics + least_peak(self.model, problem, evaluator, pick(heuristics, -1))
+        self.least = min(s.peak for s in self.fixed)
+        self.floor = min(s.peak for s in heuristics)  # fraction 0.0 where the heuristics' least peak is the least
+        # every fixed plan meets the first limit: its step takes the cheapest; nothing to trace without a choice
+        self.limit = max(s.peak for s in self.fixed) if problem.choosable else -1
+        self.stride = max(1, (self.limit - self.least) // GRID)
+        self.found: list[tuple[int, Scored]] = []  # (the limit it was found at, the plan)
+        self.bounds: list[tuple[int, float | None]] = []
+
+    def down_to(self, budget: int) -> list[Scored]:
+        """The pool for `budget`: the fixed plans and what the limits at or above it found (below the least fixed
+        peak, whatever was found: the fixed plan of least peak is the answer)."""
+        if budget < self.least:
+            return self.fixed
+        while self.limit >= budget and len(self.bounds) < MAX_STEPS:
+            found, bound = _search(self.model, self.problem, self.evaluator, self.limit)
+            self.found += [(self.limit, s) for s in found if self.least < s.peak <= self.limit]
+            self.bounds.append((self.limit, bound))
+            best = pick(self.pool(self.limit), self.limit)
+            step = min(best.peak - 1, self.limit - self.stride)
+            self.limit = self.floor if step < self.floor < self.limit else step
+        return self.pool(budget)
+
+    def pool(self, budget: int) -> list[Scored]:
+        """The fixed plans and what the limits at or above `budget` found: the same whatever was traced before."""
+        return self.fixed + [s for limit, s in self.found if limit >= budget]
+
+
+def least_peak(model: Model, problem: Problem, evaluator: Evaluator, best: Scored) -> list[Scored]:
+    """The MILP's plans from one byte under `best`'s peak down: each round solves for one byte under the least peak
+    found so far, the rows tightened by the excess while a plan simulates over it; MAX_ROUNDS solves."""
+    found: list[Scored] = []
+    target = best.peak - 1
+    limit = float(target)
+    for _ in range(MAX_ROUNDS if problem.choosable else 0):
         res = _solve(model, limit, evaluator.time_limit)
         if res.x is None:
             break
-        if bound is None:
-            bound = float(getattr(res, "mip_dual_bound", None) or res.fun)
         scored = evaluator.score(_chosen(model, res.x, problem))
         found.append(scored)
-        if scored.peak <= budget:
-            break
-        limit -= max(scored.peak - budget, 1)
-    best = evaluator.pick(found + incumbents, budget)
-    return dataclasses.replace(best, bound=bound) if best.peak <= budget else best
+        if scored.peak <= target:
+            target = scored.peak - 1
+            limit = float(target)
+        else:
+            limit = min(limit, _rows_peak(model, res.x)) - (scored.peak - target)
+    return found
+
+
+def _rows_peak(model: Model, x: np.ndarray) -> float:
+    """The highest row of the memory rows at solution `x`."""
+    return float((model.base + model.memory @ np.round(x)).max(initial=0.0))
+
+
+def solve(problem: Problem, budget: int | None, evaluator: Evaluator) -> Scored:
+    """The pool's cheapest plan meeting `budget` (evaluator.pick; the least-peak plan when none does). When it meets
+    the budget, its `bound` is the best lower bound the MILP proved for the budget or a limit above it (None under
+    inductor, where the rows do not relax the simulation)."""
+    if budget is None:
+        return evaluator.pick(heuristic_family(evaluator, tuple(BUILDERS)), None)
+    stairs = evaluator.once("optimal", Staircase)
+    chosen = evaluator.pick(stairs.down_to(budget), budget)
+    if chosen.peak > budget:
+        return chosen
+    proved = [b for limit, b in stairs.bounds if limit >= budget and b is not None]
+    if stairs.model.bounds:  # the tightest: the MILP for the budget itself (the plan stays the pool's)
+        proved += [b for b in (_bound(stairs.model, budget, evaluator.time_limit),) if b is not None]
+    return dataclasses.replace(chosen, bound=max(proved, default=None))

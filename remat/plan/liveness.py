@@ -1,0 +1,110 @@
+"""The simulator's lifetimes as terms linear in a plan: the memory rows of the optimal solver's MILP.
+
+One memory model: nothing here decides what is live. `liveness` runs `simulate.lifetimes` (the schedule, inductor's
+fusion habits and buffer reuse, transfers) under two plans and reads off, per step, what every plan keeps live and
+what each candidate keeps live when saved and when recomputed; a change to the simulation reaches the MILP as is.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import types
+from typing import Mapping
+
+from .arrays import BACKWARD as BACKWARD_ROLE
+from .problem import Problem
+from .simulate import lifetimes
+
+
+@dataclasses.dataclass(frozen=True)
+class Liveness:
+    """The simulation's lifetimes as terms linear in a plan, for the exact solver's memory rows. A row is a forward
+    step every plan runs (a value the forward outputs need) or a backward node; recomputation counts at the row of
+    the backward node it runs before. Terms are (first row, last row, bytes)."""
+
+    rows: tuple[str, ...]  # the node of each row
+    base: tuple[int, ...]  # bytes live at each row whatever the plan
+    saved: Mapping[str, tuple[tuple[int, int, int], ...]]  # per candidate: what it keeps live if saved
+    recomputed: Mapping[str, tuple[tuple[int, int, int], ...]]  # per candidate: what it keeps live if recomputed
+
+
+def liveness(problem: Problem) -> Liveness:
+    """Read off `lifetimes` under two plans: the one saving every candidate backward reads (each saved value's
+    interval) and the one recomputing every choosable value (each recomputed value's interval, and the generator
+    state a replayed random op keeps). Each term is cut to what holds in every plan: a saved value is live to the
+    end of the forward and to its last backward reader, a recomputed one from its first backward reader to its last
+    (in the all-recomputed plan chains reach further back, and readers recomputed only there read it later). What
+    belongs to no candidate (backward temporaries, values only the outputs need) is `base`, the smaller of the two
+    plans' counts per row, plus the forward part of each candidate the outputs need."""
+    a = problem.arrays
+    required = [i for i in range(len(a.names)) if a.names[i] in problem.fw_required]
+    rows = [a.names[i] for i in sorted(required)] + list(problem.backward)
+    row_of = {a.index[name]: r for r, name in enumerate(rows)}
+    candidates = {a.index[n] for n in problem.candidates}
+    reads: dict[int, tuple[int, int]] = {}  # storage → first and last row of a backward node reading it
+    for name in problem.backward:
+        r = row_of[a.index[name]]
+        for j in a.inputs[a.index[name]]:
+            reads[a.storage[j]] = (reads.get(a.storage[j], (r, r))[0], r)
+    fw_end = len(required) - 1
+    spans: dict[str, dict[str, list[tuple[int, int, int]]]] = {"saved": {}, "recomputed": {}, "forward": {}}
+    bases = []
+    for which, resolved in (("saved", problem.resolve(())), ("recomputed", problem.resolve(problem.choosable))):
+        life = lifetimes(problem, resolved)
+        steps = life.fw + life.bw
+        at = [row_of.get(i, -1) if (p < len(life.fw)) == (a.role[i] != BACKWARD_ROLE) else -1
+              for p, i in enumerate(steps)]  # the row a step is, or -1 (a recomputation or forward extra)
+        first_row, last_row = [len(rows)] * (len(steps) + 1), [-1] * (len(steps) + 1)
+        for p in reversed(range(len(steps))):
+            first_row[p] = at[p] if at[p] >= 0 else first_row[p + 1]
+        for p in range(len(steps)):
+            last_row[p] = at[p] if at[p] >= 0 else last_row[p - 1]
+        base = [0] * (len(rows) + 1)
+        kept = {a.storage[a.index[s]] for s in resolved.saved}
+        for owner, first, final in life.spans:
+            lo, hi = first_row[first], last_row[final]
+            if lo > hi:
+                continue
+            term = (lo, hi, a.nbytes[owner])
+            name = a.names[owner]
+            if owner not in candidates:
+                base[lo] += term[2]
+                base[hi + 1] -= term[2]
+            elif first >= len(life.fw):
+                # recomputed: live at least from its first backward reader to its last (in this plan chains reach
+                # further back, and readers recomputed only here read it later)
+                first_read, last_read = reads.get(owner, (len(rows), -1))
+                if which == "recomputed" and max(lo, first_read) <= min(hi, last_read):
+                    spans["recomputed"].setdefault(name, []).append((max(lo, first_read), min(hi, last_read),
+                                                                    term[2]))
+            elif which == "saved":
+                # saved: live to the end of the forward and to its last backward reader at least (only here do
+                # must-recompute readers read it, and a value not saved here is saved for a recomputed reader)
+                hi = min(hi, max(reads.get(owner, (0, -1))[1], fw_end)) if owner in kept else fw_end
+                if lo <= hi:
+                    spans["saved"].setdefault(name, []).append((lo, hi, term[2]))
+            elif name in problem.fw_required:
+                end = hi if owner not in kept else min(hi, fw_end)
+                spans["forward"].setdefault(name, []).append((lo, end, term[2]))
+        bases.append(list(itertools.accumulate(base[:-1])))
+        if which == "recomputed":  # a replayed random op keeps its generator state from its run to its replay
+            fw_pos = {i: p for p, i in enumerate(life.fw)}
+            bw_pos = {i: p for p, i in enumerate(life.bw, start=len(life.fw))}
+            for name in sorted(resolved.recomputed & problem.constraints.replay.keys(), key=a.index.__getitem__):
+                i = a.index[name]
+                if i in fw_pos and i in bw_pos and first_row[fw_pos[i]] <= last_row[bw_pos[i]]:
+                    spans["recomputed"].setdefault(name, []).append(
+                        (first_row[fw_pos[i]], last_row[bw_pos[i]], problem.constraints.replay[name]))
+    merged = [0] * (len(rows) + 1)
+    for terms in spans["forward"].values():
+        for lo, hi, size in terms:
+            merged[lo] += size
+            merged[hi + 1] -= size
+    forward = list(itertools.accumulate(merged[:-1]))
+    saved = {}
+    for name, terms in spans["saved"].items():
+        after = max((hi for _, hi, _ in spans["forward"].get(name, ())), default=-1)
+        saved[name] = tuple((max(lo, after + 1), hi, size) for lo, hi, size in terms if hi > after)
+    return Liveness(tuple(rows), tuple(min(x, y) + f for x, y, f in zip(*bases, forward)),
+                    types.MappingProxyType(saved),
+                    types.MappingProxyType({n: tuple(t) for n, t in spans["recomputed"].items()}))
