@@ -74,7 +74,7 @@ def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
                             chosen=frozenset(checkpoint_regions(joint, graph).must_recompute))
     fuses = config.inner == "inductor"
     problem = build_problem(graph, table, constraints, transfer_of(config), fuses=fuses, baseline=spec,
-                            hoists=fuses and not _torch.fusion_barrier_supported())
+                            hoists=fuses and (config.memory_budget is None or not _torch.fusion_barrier_supported()))
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     evaluator = Evaluator(problem, config.solver_time_limit, frugal)
     plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, evaluator)

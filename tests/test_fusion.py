@@ -1,6 +1,7 @@
 """The simulation's model of inductor (remat/plan/fusion.py): add(mm) becomes one addmm at the add, freed buffers
 are held for the next allocation of their size, recomputation from saved values alone runs with the first kernel
-reading them; and explain under inner="inductor" plans the graph a compile plans."""
+reading them where inductor fuses freely (no budget, or no fusion barrier), each backward segment keeps its place
+under a budget; and explain under inner="inductor" plans the graph a compile plans."""
 import contextlib
 import copy
 import types
@@ -312,28 +313,33 @@ def _starts(planned):
 @pytest.mark.skipif(not remat._torch.fusion_barrier_supported(), reason="this torch has no fusion barrier hook")
 def test_with_the_barrier_each_layer_is_recomputed_where_its_backward_needs_it():
     x = torch.randn(512, 512, requires_grad=True)
-    eager = _planned(SharedTable(), x, inner="aot_eager", memory_budget=None, policy=_shared_table_policy)
-    fused = _planned(SharedTable(), x, inner="inductor", memory_budget=None, policy=_shared_table_policy)
+    eager = _planned(SharedTable(), x, inner="aot_eager", memory_budget=1.0, policy=_shared_table_policy)
+    fused = _planned(SharedTable(), x, inner="inductor", memory_budget=1.0, policy=_shared_table_policy)
     assert fused.problem.fuses and not fused.problem.hoists
     muls = _by_op(fused, "aten.mul.Tensor")
     h0 = fused.problem.graph[muls[0]].inputs[0]
+    assert {*muls, h0} <= set(fused.resolved.recomputed)
     e, f = _starts(eager), _starts(fused)
     assert f[muls[0]] > f[muls[1]] and f[h0] > f[muls[1]]  # layer 0's loop and matmul wait for layer 0's turn
     assert e[muls[0]] > e[muls[1]]
+    # without a budget remat runs inductor as plain torch.compile does, and simulates its fusion so
+    plain = _planned(SharedTable(), x, inner="inductor", memory_budget=None, policy=_shared_table_policy)
+    assert plain.problem.hoists
 
 
-def test_mark_blocks_numbers_each_run_of_recomputed_nodes():
+def test_mark_blocks_numbers_the_segments_of_the_backward_module():
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
-    a = graph.call_function(torch.sin, (x,), name="a")  # recomputed: block 0
-    b = graph.call_function(torch.cos, (a,), name="b")  # recomputed: block 0
-    c = graph.call_function(torch.mul, (b, x), name="c")  # backward work
-    d = graph.call_function(torch.sin, (c,), name="d")  # recomputed: block 1
+    w = graph.call_function(torch.neg, (x,), name="w")  # backward work before any recomputation: segment 0
+    a = graph.call_function(torch.sin, (w,), name="a")  # recomputed: a run starts segment 1
+    b = graph.call_function(torch.cos, (a,), name="b")  # recomputed, same run
+    c = graph.call_function(torch.mul, (b, x), name="c")  # backward work after the run: segment 1
+    d = graph.call_function(torch.sin, (c,), name="d")  # recomputed: segment 2
     graph.output(graph.call_function(torch.add, (c, d)))
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     mark_blocks(gm, remat.plan.problem.Resolved(frozenset(), frozenset({"a", "b", "d"})))
     blocks = {n.name: n.meta.get(remat._torch.BLOCK) for n in gm.graph.nodes}
-    assert blocks == {"x": None, "a": 0, "b": 0, "c": None, "d": 1, "add": None, "output": None}
+    assert blocks == {"x": None, "w": 0, "a": 1, "b": 1, "c": 1, "d": 2, "add": 2, "output": None}
 
 
 def _snode(*origins):
@@ -350,7 +356,7 @@ def _marked(name, block=None):
 
 
 @pytest.mark.skipif(not remat._torch.fusion_barrier_supported(), reason="this torch has no fusion barrier hook")
-def test_the_barrier_refuses_horizontal_fusion_across_blocks_only(monkeypatch):
+def test_the_barrier_refuses_horizontal_fusion_across_segments_only(monkeypatch):
     from torch._inductor.choices import InductorChoices
     from torch._inductor.virtualized import V
 
@@ -358,24 +364,24 @@ def test_the_barrier_refuses_horizontal_fusion_across_blocks_only(monkeypatch):
     monkeypatch.setattr(InductorChoices, "can_fuse_horizontal",
                         staticmethod(lambda scheduler, a, b, score: asked.append((a, b)) or True))
     gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
-    r0, r0b, r1, work = (_snode(_marked("r0", 0)), _snode(_marked("r0b", 0)), _snode(_marked("r1", 1)),
-                         _snode(_marked("g")))
-    # a recomputed loop fused into the backward loop reading it; one loop that inlines recomputation is backward work
-    mixed = types.SimpleNamespace(get_nodes=lambda: r1.get_nodes() + work.get_nodes())
-    inlined = _snode(_marked("r1", 1), _marked("g"))
+    r1, r1b, g1 = _snode(_marked("r1", 1)), _snode(_marked("r1b", 1)), _snode(_marked("g1", 1))
+    r2, g2 = _snode(_marked("r2", 2)), _snode(_marked("g2", 2))
+    unmarked = _snode(_marked("made_by_inductor"))
+    fused = types.SimpleNamespace(get_nodes=lambda: r2.get_nodes() + g1.get_nodes())  # spans segments 1 and 2
     assert isinstance(remat._torch.fusion_barrier(gm), contextlib.nullcontext)  # nothing marked: inductor as is
     marked = copy.deepcopy(gm)
     marked.graph.placeholder("x").meta[remat._torch.BLOCK] = 0
     outside = V.choices
     with remat._torch.fusion_barrier(marked):
         choices = V.choices
-        assert not choices.can_fuse_horizontal(None, r0, r1, 1)  # two blocks
-        assert not choices.can_fuse_horizontal(None, work, r1, 1)  # recomputation pulled to earlier work
-        assert not choices.can_fuse_horizontal(None, mixed, work, 1)
+        assert not choices.can_fuse_horizontal(None, r1, r2, 1)  # another layer's recomputation
+        assert not choices.can_fuse_horizontal(None, g1, r2, 1)  # recomputation pulled to earlier work
+        assert not choices.can_fuse_horizontal(None, g1, g2, 1)  # backward work pulled to earlier work
+        assert not choices.can_fuse_horizontal(None, fused, g2, 1)
         assert not asked
-        assert choices.can_fuse_horizontal(None, r0, r0b, 1)  # one block: inductor's own rule decides
-        assert choices.can_fuse_horizontal(None, work, work, 1)
-        assert choices.can_fuse_horizontal(None, inlined, work, 1)
+        assert choices.can_fuse_horizontal(None, r1, r1b, 1)  # one segment: inductor's own rule decides
+        assert choices.can_fuse_horizontal(None, r1, g1, 1)
+        assert choices.can_fuse_horizontal(None, unmarked, r2, 1)
         assert len(asked) == 3
     assert V.choices is outside  # the handler is gone after the compile
 
@@ -389,7 +395,7 @@ def test_without_the_hook_remat_simulates_the_hoisting(monkeypatch):
         assert isinstance(remat._torch.compile.fusion_barrier(gm), contextlib.nullcontext)
     monkeypatch.setattr(remat._torch, "fusion_barrier_supported", lambda: False)
     x = torch.randn(512, 512, requires_grad=True)
-    fused = _planned(SharedTable(), x, inner="inductor", memory_budget=None, policy=_shared_table_policy)
+    fused = _planned(SharedTable(), x, inner="inductor", memory_budget=1.0, policy=_shared_table_policy)
     assert fused.problem.hoists
 
 
@@ -399,7 +405,7 @@ def _missing(module, name):
 
 @pytest.mark.inductor
 @pytest.mark.skipif(not remat._torch.fusion_barrier_supported(), reason="this torch has no fusion barrier hook")
-def test_inductor_runs_each_recomputation_block_where_it_was_planned(monkeypatch):
+def test_inductor_runs_each_backward_segment_where_it_was_planned(monkeypatch):
     """A 3-layer Llama-style model at its least peak: every layer's recomputed rotary loop reads the same tables.
     With the barrier inductor runs each layer's recomputation in its turn and the measured peak is the simulated
     one; without it inductor fuses a layer's rotary loop into the next layer's and measures more."""

@@ -70,18 +70,17 @@ def ends_at_graph_break(gm: Any) -> bool:
     return bool(getattr(reason, "graph_break", False))
 
 
-# Recomputation blocks and inductor's horizontal fusion. The rewrite marks each backward node it recomputes with
-# the number of its block (a run of recomputation placed just before the backward work that reads it). inductor
-# fuses loops that read the same buffers, wherever they sit in the module: a block's loop fused with an earlier
-# loop runs there, and the recomputation it waits for is pulled ahead with it, out of the place the plan gave it.
-# While inductor lowers a module remat built, its fusion choices refuse horizontal fusion across blocks; vertical
-# fusion (a producer into its consumer) is untouched.
+# Segments of a backward module and inductor's horizontal fusion. The rewrite numbers the segments of each backward
+# module it builds under a budget: a run of recomputed nodes and the backward work after it up to the next run. inductor
+# fuses loops that read the same buffers wherever they sit in the module: a loop fused with an earlier one runs
+# there, and what it waits for (the recomputation of another layer, the gradient it reads) is pulled ahead with it,
+# out of the place the plan gave it. While inductor lowers a module remat built, its fusion choices refuse
+# horizontal fusion across segments; vertical fusion (a producer into its consumer) is untouched.
 BLOCK = "remat_block"
-_OTHER = "other"
 
 
 def fusion_barrier_supported() -> bool:
-    """Whether this torch lets remat keep recomputation blocks apart in inductor's fusion (InductorChoices and a
+    """Whether this torch lets remat keep backward segments apart in inductor's fusion (InductorChoices and a
     scoped choices handler)."""
     return _choices_parts() is not None
 
@@ -98,22 +97,19 @@ def _choices_parts() -> tuple[type, Any] | None:
 
 
 def _blocks(snode: Any) -> frozenset:
-    """The recomputation blocks a scheduler node computes; _OTHER for a loop that is not recomputation alone."""
+    """The segments of the nodes a scheduler node computes (those inductor created unmarked are left out)."""
     found = set()
     for sub in snode.get_nodes():
-        origins = getattr(getattr(sub, "node", None), "origins", None) or ()
-        marks = {o.meta.get(BLOCK) for o in origins if getattr(o, "op", None) == "call_function"}
-        if not marks or None in marks:
-            found.add(_OTHER)
-        else:
-            found |= marks
+        for origin in getattr(getattr(sub, "node", None), "origins", None) or ():
+            meta = getattr(origin, "meta", None) or {}
+            if BLOCK in meta:
+                found.add(meta[BLOCK])
     return frozenset(found)
 
 
 def fusion_barrier(gm: Any) -> Any:
-    """A context manager under which inductor, lowering `gm`, fuses no two loops horizontally unless they belong to
-    the same recomputation block (or neither is recomputation). A null context when `gm` has no marked block or
-    this torch lacks the hook."""
+    """A context manager under which inductor, lowering `gm`, fuses no two loops horizontally that belong to
+    different segments. A null context when `gm` has no marked segment or this torch lacks the hook."""
     import contextlib
 
     parts = _choices_parts()
@@ -125,7 +121,7 @@ def fusion_barrier(gm: Any) -> Any:
         @staticmethod
         def can_fuse_horizontal(scheduler, node1, node2, shared_data_score):
             one, two = _blocks(node1), _blocks(node2)
-            if one != two and (one - {_OTHER} or two - {_OTHER}):
+            if one and two and one != two:
                 return False
             return base.can_fuse_horizontal(scheduler, node1, node2, shared_data_score)
 

@@ -46,7 +46,7 @@ def split(
         run_early(fw, forward_order(problem, resolved))
     move_saved(fw, bw, num_fwd_outputs, problem, resolved, runtime)
     bw = reorder(bw, backward_order(problem, resolved))
-    if problem.fuses:
+    if problem.fuses and not problem.hoists:
         mark_blocks(bw, resolved)
     if runtime.profile_id >= 0:
         mark_step(fw, runtime.profile_id)
@@ -55,15 +55,16 @@ def split(
 
 
 def mark_blocks(bw: fx.GraphModule, resolved: Resolved) -> None:
-    """Number each run of recomputed nodes in the backward module's order (node.meta[BLOCK]), for inductor's
-    fusion to keep the runs where the schedule puts them (_torch.fusion_barrier)."""
-    block, previous = -1, False
+    """Cut the backward module into numbered segments (node.meta[BLOCK]): each run of recomputed nodes starts one,
+    which holds the run and the backward work after it up to the next run (segment 0: the work before the first).
+    inductor's fusion then keeps each segment's loops where the schedule puts them (_torch.fusion_barrier)."""
+    segment, previous = 0, False
     for node in bw.graph.nodes:
-        recomputed = node.op == "call_function" and (
-            node.name in resolved.recomputed or node.meta.get(MARK, ("",))[0] == "replay")
-        if recomputed:
-            block += 0 if previous else 1
-            node.meta[_torch.BLOCK] = block
+        if node.op != "call_function":
+            continue
+        recomputed = node.name in resolved.recomputed or node.meta.get(MARK, ("",))[0] == "replay"
+        segment += recomputed and not previous
+        node.meta[_torch.BLOCK] = segment
         previous = recomputed
 
 
