@@ -48,11 +48,12 @@ def prefix_lengths(n: int, steps: int) -> list[int]:
     return sorted({round(i * n / steps) for i in range(steps + 1)})
 
 
-def peak_walk(problem: Problem, evaluator: Evaluator) -> list[Scored]:
+def peak_walk(problem: Problem, evaluator: Evaluator, start: frozenset[str] = frozenset()) -> list[Scored]:
+    """The peak-targeted walk (module docstring) from recomputing `start` (default: nothing)."""
     choosable = set(problem.choosable)
     batch = max(1, len(choosable) // max_steps(problem))
-    chosen: set[str] = set()
-    current = evaluator.score(())
+    chosen: set[str] = set(start)
+    current = evaluator.score(chosen)
     walk = [current]
     while True:
         timeline = evaluator.timeline(current.resolved)

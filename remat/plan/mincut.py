@@ -14,12 +14,15 @@ made again at the same price, keeping the weights of earlier rounds, up to PEAK_
 come back to a plan they made.
 
 A cut still prices bytes, not the peak, and can stop a value or two above the peak a simulated walk reaches. So the
-REPAIR_STARTS lowest-peak plans, and the sweep's most-saving plan, are repaired last: each step simulates moving one
-value — recomputing one of the REPAIR_TRIES saved values live at the peak that cost least per byte (greedy's move,
-in greedy's order), or saving one of the REPAIR_TRIES recomputed values held at the peak that cost most per byte —
-and takes the lowest-peak plan not made before, even when the peak does not fall (a walk out of a local minimum),
-for as many steps as greedy's walks take (greedy.max_steps). The grid, the rounds and the repair do not depend on the
-budget: `pick` takes the cheapest plan of the family whose *simulated peak* meets it.
+REPAIR_STARTS lowest-peak plans are repaired last: each step simulates moving one value — recomputing one of the
+REPAIR_TRIES saved values live at the peak that cost least per byte (greedy's move, in greedy's order), or saving one
+of the REPAIR_TRIES recomputed values held at the peak that cost most per byte — and takes the lowest-peak plan not
+made before, even when the peak does not fall (a walk out of a local minimum), for as many steps as greedy's walks
+take (greedy.max_steps). And greedy's peak-targeted walk (greedy.peak_walk) runs from the sweep's most-saving plan
+(the highest price's), which saves all it may where recomputing costs anything. Neither walk alone reaches every
+peak greedy does on seeded random graphs (benchmarks/solver_misses.py; tests/test_mincut.py). The grid, the rounds
+and the walks do not depend on the budget: `pick` takes the cheapest plan of the family whose *simulated peak*
+meets it.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ LARGE_GRAPH = 5000  # nodes; beyond it a coarser price grid keeps planning near 
 LARGE_PRICE_STEPS = tuple(2.0 ** k for k in range(-8, 9, 4))
 PEAK_ROUNDS = 8  # re-cuts after each distinct plan of the sweep
 PEAK_WEIGHT = 4  # factor on a value's bytes per round it is live at the peak
-REPAIR_STARTS = 3  # lowest-peak plans repaired (besides the most-saving plan)
+REPAIR_STARTS = 3  # lowest-peak plans repaired
 REPAIR_TRIES = 4  # values tried each way per repair step
 
 
@@ -193,13 +196,12 @@ def _family(problem: Problem, evaluator: Evaluator, rounds: bool) -> list[Scored
         if chosen not in seen:
             seen.add(chosen)
             members.extend(peak_rounds(cutter, evaluator, price, evaluator.score(chosen), seen))
-    starts = sorted({s.chosen: s for s in members}.values(), key=lambda s: (s.peak, s.cost))[:REPAIR_STARTS]
-    most_saving = members[len(grid)]  # the sweep's plan at the highest price
-    if most_saving.chosen not in {s.chosen for s in starts}:
-        starts.append(most_saving)
     seen.update(s.chosen for s in members)
+    starts = sorted({s.chosen: s for s in members}.values(), key=lambda s: (s.peak, s.cost))[:REPAIR_STARTS]
     for start in starts:
         members.extend(repair(problem, evaluator, start, seen))
+    most_saving = members[len(grid)]  # the sweep's plan at the highest price
+    members.extend(greedy.peak_walk(problem, evaluator, most_saving.chosen)[1:])
     return members
 
 
