@@ -18,11 +18,11 @@ REPAIR_STARTS lowest-peak plans are repaired last: each step simulates moving on
 REPAIR_TRIES saved values live at the peak that cost least per byte (greedy's move, in greedy's order), or saving one
 of the REPAIR_TRIES recomputed values held at the peak that cost most per byte — and takes the lowest-peak plan not
 made before, even when the peak does not fall (a walk out of a local minimum), for as many steps as greedy's walks
-take (greedy.max_steps). And greedy's peak-targeted walk (greedy.peak_walk) runs from the sweep's most-saving plan
-(the highest price's), which saves all it may where recomputing costs anything. Neither walk alone reaches every
-peak greedy does on seeded random graphs (benchmarks/solver_misses.py; tests/test_mincut.py). The grid, the rounds
-and the walks do not depend on the budget: `pick` takes the cheapest plan of the family whose *simulated peak*
-meets it.
+take (greedy.max_steps); beyond LARGE_GRAPH nodes, where each simulation costs more, LARGE_REPAIR's one plan and
+fewer tries. And greedy's peak-targeted walk (greedy.peak_walk) runs from the sweep's most-saving plan (the highest
+price's), which saves all it may where recomputing costs anything. Neither walk alone reaches every peak greedy does
+on seeded random graphs (benchmarks/solver_misses.py; tests/test_mincut.py). The grid, the rounds and the walks do
+not depend on the budget: `pick` takes the cheapest plan of the family whose *simulated peak* meets it.
 """
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ PEAK_ROUNDS = 8  # re-cuts after each distinct plan of the sweep
 PEAK_WEIGHT = 4  # factor on a value's bytes per round it is live at the peak
 REPAIR_STARTS = 3  # lowest-peak plans repaired
 REPAIR_TRIES = 4  # values tried each way per repair step
+LARGE_REPAIR = (1, 2)  # (starts, tries) beyond LARGE_GRAPH, where each simulation costs more
 
 
 def value_graph(problem: Problem) -> nx.DiGraph:
@@ -197,9 +198,10 @@ def _family(problem: Problem, evaluator: Evaluator, rounds: bool) -> list[Scored
             seen.add(chosen)
             members.extend(peak_rounds(cutter, evaluator, price, evaluator.score(chosen), seen))
     seen.update(s.chosen for s in members)
-    starts = sorted({s.chosen: s for s in members}.values(), key=lambda s: (s.peak, s.cost))[:REPAIR_STARTS]
+    count, tries = LARGE_REPAIR if len(problem.graph.values) > LARGE_GRAPH else (REPAIR_STARTS, REPAIR_TRIES)
+    starts = sorted({s.chosen: s for s in members}.values(), key=lambda s: (s.peak, s.cost))[:count]
     for start in starts:
-        members.extend(repair(problem, evaluator, start, seen))
+        members.extend(repair(problem, evaluator, start, seen, tries))
     most_saving = members[len(grid)]  # the sweep's plan at the highest price
     members.extend(greedy.peak_walk(problem, evaluator, most_saving.chosen)[1:])
     return members
@@ -229,7 +231,8 @@ def peak_rounds(cutter: Cutter, evaluator: Evaluator, price: float, start: Score
     return found
 
 
-def repair(problem: Problem, evaluator: Evaluator, start: Scored, seen: set[frozenset[str]]) -> list[Scored]:
+def repair(problem: Problem, evaluator: Evaluator, start: Scored, seen: set[frozenset[str]],
+           tries: int = REPAIR_TRIES) -> list[Scored]:
     """The plans a walk from `start` takes, one value moved per step (module docstring), none in `seen` (which they
     join); the walk ends when every move leads to a plan in `seen`, or after as many steps as greedy's walks take."""
     choosable = set(problem.choosable)
@@ -241,7 +244,7 @@ def repair(problem: Problem, evaluator: Evaluator, start: Scored, seen: set[froz
                      key=lambda n: greedy.ratio(problem, n))
         downs = sorted((n for n in held_at_peak(problem, timeline, current.resolved) if n in chosen),
                        key=lambda n: greedy.ratio(problem, n), reverse=True)
-        moves = [chosen | {n} for n in ups[:REPAIR_TRIES]] + [chosen - {n} for n in downs[:REPAIR_TRIES]]
+        moves = [chosen | {n} for n in ups[:tries]] + [chosen - {n} for n in downs[:tries]]
         moves = [m for m in moves if m not in seen]
         if not moves:
             break
