@@ -25,6 +25,7 @@ SLOW_TESTS = {
     "test_compare.py::test_fraction_budget_is_the_same_bytes_for_every_solver": "every solver, optimal's MILP included",
     "test_fusion.py::test_explain_plans_the_graph_an_inductor_compile_plans": "compiles with inductor",
     "test_logs.py::test_torch_trace_holds_the_remat_plan_artifact": "compiles in a subprocess under TORCH_TRACE",
+    "test_mincut.py::test_mincut_meets_every_budget_greedy_meets": "mincut and greedy at 11 budgets on 52 graphs",
     "test_models.py::test_bitwise_parity_aot_eager": "each model of tests/models.py at four budgets",
     "test_recipes.py::test_an_empty_save_list_is_never_worse_than_a_one_kind_list_on_gpt": "many plans of a GPT",
     "test_recipes.py::test_dropout_scratch_is_counted_so_fraction_budgets_hold": "measured GPT steps",

@@ -24,7 +24,9 @@ def max_steps(problem: Problem) -> int:
     return max(MIN_STEPS, min(MAX_STEPS, NODE_STEPS // max(len(problem.graph.values), 1)))
 
 
-def _ratio(problem: Problem, name: str, held: float | None = None) -> tuple:
+def ratio(problem: Problem, name: str, held: float | None = None) -> tuple:
+    """The order greedy recomputes in: recompute cost per byte freed (`held`: bytes weighted by how long they are
+    held instead of the value's bytes), then schedule position."""
     nbytes = problem.graph[name].nbytes if held is None else held
     return (problem.solver_cost(name) / max(nbytes, 1e-9), problem.graph[name].index)
 
@@ -36,8 +38,8 @@ def rankings(problem: Problem, evaluator: Evaluator) -> list[list[str]]:
     span = len(baseline.steps) - first_bw or 1
     held = {n: graph[n].nbytes * (max(b - first_bw, 0) + 1) / span for n, (_, b) in baseline.saved_spans.items()}
     choosable = list(problem.choosable)
-    return [sorted(choosable, key=lambda n: _ratio(problem, n)),
-            sorted(choosable, key=lambda n: _ratio(problem, n, held.get(n, graph[n].nbytes)))]
+    return [sorted(choosable, key=lambda n: ratio(problem, n)),
+            sorted(choosable, key=lambda n: ratio(problem, n, held.get(n, graph[n].nbytes)))]
 
 
 def prefix_lengths(n: int, steps: int) -> list[int]:
@@ -46,16 +48,17 @@ def prefix_lengths(n: int, steps: int) -> list[int]:
     return sorted({round(i * n / steps) for i in range(steps + 1)})
 
 
-def peak_walk(problem: Problem, evaluator: Evaluator) -> list[Scored]:
+def peak_walk(problem: Problem, evaluator: Evaluator, start: frozenset[str] = frozenset()) -> list[Scored]:
+    """The peak-targeted walk (module docstring) from recomputing `start` (default: nothing)."""
     choosable = set(problem.choosable)
     batch = max(1, len(choosable) // max_steps(problem))
-    chosen: set[str] = set()
-    current = evaluator.score(())
+    chosen: set[str] = set(start)
+    current = evaluator.score(chosen)
     walk = [current]
     while True:
         timeline = evaluator.timeline(current.resolved)
         options = sorted((n for n in timeline.live_at_peak() if n in choosable and n not in chosen),
-                         key=lambda n: _ratio(problem, n))
+                         key=lambda n: ratio(problem, n))
         if not options:
             return walk
         chosen.update(options[:batch])

@@ -1,5 +1,5 @@
-"""Min-cut solver: networkx max-flow on the value graph, weighted by bytes, swept over a recompute price, then cut
-again toward the simulated peak.
+"""Min-cut solver: networkx max-flow on the value graph, weighted by bytes, swept over a recompute price, cut again
+toward the simulated peak, and its lowest plans repaired with simulated moves.
 
 Each forward value v becomes an edge v_in → v_out whose capacity is its bytes: cutting it means saving v. An edge
 source → v_in priced λ·cost(v) is cut when v is recomputed. Data edges and the edges from what backward reads to the
@@ -10,9 +10,19 @@ Saved bytes are not the peak, though: a plan saving little may peak where what i
 peak-aware rounds follow each distinct plan of the sweep: the plan is simulated, and the values live at its peak
 are weighted up — PEAK_WEIGHT× the bytes on the saving edge of each value saved and live there, PEAK_WEIGHT× its
 bytes added to the recompute edge of each value backward reads that is recomputed and held there — and the cut is
-made again at the same price, keeping the weights of earlier rounds, up to PEAK_ROUNDS times or until a plan
-repeats. The grid and the rounds do not depend on the budget: `pick` takes the cheapest plan of the family whose
-*simulated peak* meets it.
+made again at the same price, keeping the weights of earlier rounds, up to PEAK_ROUNDS times or until the rounds
+come back to a plan they made.
+
+A cut still prices bytes, not the peak, and can stop a value or two above the peak a simulated walk reaches. So the
+REPAIR_STARTS lowest-peak plans are repaired last: each step simulates moving one value — recomputing one of the
+REPAIR_TRIES saved values live at the peak that cost least per byte (greedy's move, in greedy's order), or saving one
+of the REPAIR_TRIES recomputed values held at the peak that cost most per byte — and takes the lowest-peak plan not
+made before, even when the peak does not fall (a walk out of a local minimum), for as many steps as greedy's walks
+take (greedy.max_steps); beyond LARGE_GRAPH nodes, where each simulation costs more, LARGE_REPAIR's one plan and
+fewer tries. And greedy's peak-targeted walk (greedy.peak_walk) runs from the sweep's most-saving plan (the highest
+price's), which saves all it may where recomputing costs anything. Neither walk alone reaches every peak greedy does
+on seeded random graphs (benchmarks/solver_misses.py; tests/test_mincut.py). The grid, the rounds and the walks do
+not depend on the budget: `pick` takes the cheapest plan of the family whose *simulated peak* meets it.
 """
 from __future__ import annotations
 
@@ -22,16 +32,20 @@ import networkx as nx
 from networkx.algorithms.flow import boykov_kolmogorov, build_residual_network
 
 from ..capture import Role
+from . import greedy
 from .evaluate import Evaluator, Scored
-from .problem import Problem
-from .simulate import BACKWARD, Timeline
+from .problem import Problem, Resolved
+from .simulate import BACKWARD, Timeline, lifetimes
 
 SOURCE, SINK = "<source>", "<sink>"
 PRICE_STEPS = tuple(2.0 ** k for k in range(-10, 11, 2))
 LARGE_GRAPH = 5000  # nodes; beyond it a coarser price grid keeps planning near a second
 LARGE_PRICE_STEPS = tuple(2.0 ** k for k in range(-8, 9, 4))
-PEAK_ROUNDS = 4  # re-cuts after each distinct plan of the sweep
-PEAK_WEIGHT = 8  # factor on a value's bytes per round it is live at the peak
+PEAK_ROUNDS = 8  # re-cuts after each distinct plan of the sweep
+PEAK_WEIGHT = 4  # factor on a value's bytes per round it is live at the peak
+REPAIR_STARTS = 3  # lowest-peak plans repaired
+REPAIR_TRIES = 4  # values tried each way per repair step
+LARGE_REPAIR = (1, 2)  # (starts, tries) beyond LARGE_GRAPH, where each simulation costs more
 
 
 def value_graph(problem: Problem) -> nx.DiGraph:
@@ -87,6 +101,17 @@ def held(problem: Problem) -> Held:
         for i in graph[b].inputs:
             spans[i] = (spans.get(i, (position[b],))[0], position[b])
     return Held(position, {n: spans[n] for n in problem.needed if n in spans})
+
+
+def held_at_peak(problem: Problem, timeline: Timeline, resolved: Resolved) -> list[str]:
+    """The recomputed values whose backward copy is live at the simulated peak (held from their recomputation to
+    their last reader, a backward node or a later recomputation), in schedule order."""
+    if timeline.peak_step < timeline.num_forward or not resolved.recomputed:
+        return []
+    names, p = problem.arrays.names, timeline.peak_step
+    live = {names[owner] for owner, first, last in lifetimes(problem, resolved).spans
+            if timeline.num_forward <= first <= p <= last}
+    return [n for n in problem.candidates if n in live and n in resolved.recomputed]
 
 
 class Cutter:
@@ -172,26 +197,59 @@ def _family(problem: Problem, evaluator: Evaluator, rounds: bool) -> list[Scored
         if chosen not in seen:
             seen.add(chosen)
             members.extend(peak_rounds(cutter, evaluator, price, evaluator.score(chosen), seen))
+    seen.update(s.chosen for s in members)
+    count, tries = LARGE_REPAIR if len(problem.graph.values) > LARGE_GRAPH else (REPAIR_STARTS, REPAIR_TRIES)
+    starts = sorted({s.chosen: s for s in members}.values(), key=lambda s: (s.peak, s.cost))[:count]
+    for start in starts:
+        members.extend(repair(problem, evaluator, start, seen, tries))
+    most_saving = members[len(grid)]  # the sweep's plan at the highest price
+    members.extend(greedy.peak_walk(problem, evaluator, most_saving.chosen)[1:])
     return members
 
 
 def peak_rounds(cutter: Cutter, evaluator: Evaluator, price: float, start: Scored,
                 seen: set[frozenset[str]]) -> list[Scored]:
     """The plans cut again at `price` from `start`, each round weighting up what is live at the last plan's
-    simulated peak; a plan made before ends the rounds."""
-    saved_at_peak: dict[str, int] = {}
-    held_at_peak: dict[str, int] = {}
-    current, found = start, []
+    simulated peak, that are not in `seen` (which they join); a plan these rounds made before ends them."""
+    saved_weight: dict[str, int] = {}
+    held_weight: dict[str, int] = {}
+    current, found, made = start, [], {start.chosen}
     for _ in range(PEAK_ROUNDS):
         timeline = evaluator.timeline(current.resolved)
         for n in timeline.live_at_peak():
-            saved_at_peak[n] = saved_at_peak.get(n, 1) * PEAK_WEIGHT
+            saved_weight[n] = saved_weight.get(n, 1) * PEAK_WEIGHT
         for n in cutter.held.at_peak(timeline, current.resolved.recomputed):
-            held_at_peak[n] = held_at_peak.get(n, 1) * PEAK_WEIGHT
-        chosen = cutter.cut(price, saved_at_peak, held_at_peak)
-        if chosen in seen:
+            held_weight[n] = held_weight.get(n, 1) * PEAK_WEIGHT
+        chosen = cutter.cut(price, saved_weight, held_weight)
+        if chosen in made:
             break
-        seen.add(chosen)
+        made.add(chosen)
         current = evaluator.score(chosen)
+        if chosen not in seen:
+            seen.add(chosen)
+            found.append(current)
+    return found
+
+
+def repair(problem: Problem, evaluator: Evaluator, start: Scored, seen: set[frozenset[str]],
+           tries: int = REPAIR_TRIES) -> list[Scored]:
+    """The plans a walk from `start` takes, one value moved per step (module docstring), none in `seen` (which they
+    join); the walk ends when every move leads to a plan in `seen`, or after as many steps as greedy's walks take."""
+    choosable = set(problem.choosable)
+    current, found = start, []
+    for _ in range(greedy.max_steps(problem)):
+        timeline = evaluator.timeline(current.resolved)
+        chosen = current.chosen
+        ups = sorted((n for n in timeline.live_at_peak() if n in choosable and n not in chosen),
+                     key=lambda n: greedy.ratio(problem, n))
+        downs = sorted((n for n in held_at_peak(problem, timeline, current.resolved) if n in chosen),
+                       key=lambda n: greedy.ratio(problem, n), reverse=True)
+        moves = [chosen | {n} for n in ups[:tries]] + [chosen - {n} for n in downs[:tries]]
+        moves = [m for m in moves if m not in seen]
+        if not moves:
+            break
+        tried = [evaluator.score(m) for m in moves]
+        current = min(tried, key=lambda s: (s.peak, s.cost))
+        seen.add(current.chosen)
         found.append(current)
     return found

@@ -23,8 +23,8 @@ Solver = Callable[[Problem, Optional[int], Evaluator], Scored]
 
 
 def solve_auto(problem: Problem, budget: int | None, evaluator: Evaluator) -> Scored:
-    """The cheapest plan of greedy's family and mincut's price sweep (its peak-aware rounds are left to the mincut
-    solver: greedy's plans reach the peaks they aim at, in less planning time)."""
+    """The cheapest plan of greedy's family and mincut's price sweep (its peak-aware rounds and repair walks are left
+    to the mincut solver: greedy's plans reach the peaks they aim at, in less planning time)."""
     return evaluator.pick(heuristic_family(evaluator, ("greedy", "mincut-sweep")), budget)
 
 
