@@ -38,6 +38,7 @@ class Arrays:
     heavy: tuple[bool, ...] = ()  # an op inductor writes out when several kernels read it (fusion.HEAVY_CPU)
     acc_reads: tuple[int, ...] = ()  # buffers a loop may read before inductor writes it out (fusion.ACC_READS_LIMIT)
     numel: tuple[int, ...] = ()  # elements of the (first) tensor a node returns: a loop's iteration size
+    distinct: tuple[tuple[int, ...], ...] = ()  # per node: its inputs without repeats, in argument order
 
 
 def arrays(graph: Graph) -> Arrays:
@@ -70,6 +71,7 @@ def arrays(graph: Graph) -> Arrays:
         heavy=tuple(v.device == "cpu" and v.op in fusion.HEAVY_CPU for v in graph.values),
         acc_reads=tuple(fusion.ACC_READS_LIMIT.get(v.device, fusion.ACC_READS_DEFAULT) for v in graph.values),
         numel=tuple(_numel(v.shape) for v in graph.values),
+        distinct=tuple(tuple(dict.fromkeys(index[i] for i in v.inputs)) for v in graph.values),
     )
 
 

@@ -58,7 +58,7 @@ class Evaluator:
     def _entry(self, resolved: Resolved) -> tuple[float, Timeline]:
         hit = self._memo.get(resolved)
         if hit is None:
-            cost = sum(self.problem.solver_cost(n) for n in resolved.recomputed)
+            cost = sum(map(self.problem.solver_cost, resolved.recomputed))
             hit = (cost, simulate(self.problem, resolved))
             self._memo[resolved] = hit
         return hit

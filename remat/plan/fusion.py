@@ -146,9 +146,17 @@ def expand(a, i: int, inlined: bytearray, memo: dict[int, tuple[int, ...]]) -> t
     """What node `i` reads once the values computed inside it (`inlined`) are replaced by what they read."""
     if i in memo:
         return memo[i]
-    found: list[int] = []
-    for j in a.inputs[i]:
-        owner = a.storage[j]
+    storage = a.storage
+    inputs = a.distinct[i]
+    for position in range(len(inputs)):
+        if inlined[storage[inputs[position]]]:
+            break
+    else:  # nothing computed inside it: what it reads is its inputs
+        memo[i] = inputs
+        return inputs
+    found = list(inputs[:position])
+    for j in inputs[position:]:
+        owner = storage[j]
         if inlined[owner]:
             found.extend(expand(a, owner, inlined, memo))
         else:
@@ -163,20 +171,29 @@ def reuse(spans: list[tuple[int, int, int]], keys: Sequence, boundary: int) -> l
     until then. `spans`: (owner, first step, last step); `keys[owner]`: what must match; `boundary`: the first
     backward step. Forward and backward are separate modules: a buffer is reused only within the module that
     allocated and released it, and values passed from one to the other are never reused."""
-    ends = [last for _, _, last in spans]
-    for inside in (lambda step: step < boundary, lambda step: step >= boundary):
-        starts: dict[int, list[int]] = {}
-        frees: dict[int, list[int]] = {}
-        for k, (_, first, last) in enumerate(spans):
-            if inside(first) and inside(last):
-                starts.setdefault(first, []).append(k)
-                frees.setdefault(last, []).append(k)
+    firsts = [first for _, first, _ in spans]
+    lasts = [last for _, _, last in spans]
+    key = [keys[owner] for owner, _, _ in spans]
+    ends = list(lasts)
+    for module in ([k for k in range(len(spans)) if firsts[k] < boundary and lasts[k] < boundary],
+                   [k for k in range(len(spans)) if firsts[k] >= boundary and lasts[k] >= boundary]):
+        # Steps in order; at a step, a kernel's outputs are allocated before it runs, and what it read last is
+        # released after: an allocation at step s can take only buffers released before s. Sorting is stable, so
+        # spans of one step keep their order.
+        releases = sorted(module, key=lasts.__getitem__)
         pool: dict[object, list[int]] = {}
-        for step in sorted(starts.keys() | frees.keys()):
-            for k in starts.get(step, ()):  # a kernel's outputs are allocated before it runs...
-                free = pool.get(keys[spans[k][0]])
-                if free:
-                    ends[free.pop()] = step - 1  # held until this allocation takes it over
-            for k in frees.get(step, ()):  # ...and what it read last is released after
-                pool.setdefault(keys[spans[k][0]], []).append(k)
-    return [(owner, first, ends[k]) for k, (owner, first, _) in enumerate(spans)]
+        released = 0
+        for k in sorted(module, key=firsts.__getitem__):
+            step = firsts[k]
+            while released < len(releases) and lasts[releases[released]] < step:
+                free = releases[released]
+                pool.setdefault(key[free], []).append(free)
+                released += 1
+            taken = pool.get(key[k])
+            if taken:
+                ends[taken.pop()] = step - 1  # held until this allocation takes it over (the most recent first)
+    out = list(spans)
+    for k in range(len(spans)):
+        if ends[k] != lasts[k]:
+            out[k] = (spans[k][0], firsts[k], ends[k])
+    return out

@@ -8,6 +8,7 @@ recomputed (they own no memory); must-save values never are.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Iterable, Mapping
 
 from ..annotate import PREFERENCE_SCALE, Constraints
@@ -80,15 +81,51 @@ class Problem:
 
     def solver_cost(self, name: str) -> float:
         """Recompute cost as solvers weigh it: the flop cost scaled by a soft user preference."""
-        preference = self.constraints.preference.get(name)
-        scale = 1.0 if preference is None else PREFERENCE_SCALE.get(preference, 1.0)
-        return self.costs[name] * scale
+        return self._solver_costs[name]
+
+    @functools.cached_property
+    def _solver_costs(self) -> dict[str, float]:
+        # Made once per problem: the solvers ask for it for every value of every plan they score.
+        preference, costs = self.constraints.preference, self.costs
+        scaled = {}
+        for name in costs:
+            chosen = preference.get(name)
+            scaled[name] = costs[name] * (1.0 if chosen is None else PREFERENCE_SCALE.get(chosen, 1.0))
+        return scaled
+
+    @functools.cached_property
+    def _forced(self) -> tuple[frozenset[int], frozenset[int]]:
+        """Positions of the must-recompute and of the must-save values."""
+        index = self.arrays.index
+        return (frozenset(index[n] for n in self.constraints.must_recompute),
+                frozenset(index[n] for n in self.constraints.must_save))
+
+    @functools.cached_property
+    def backward_positions(self) -> tuple[int, ...]:
+        """Positions of the backward nodes (`backward`), in schedule order."""
+        index = self.arrays.index
+        return tuple(index[n] for n in self.backward)
+
+    @functools.cached_property
+    def fw_required_mask(self) -> bytes:
+        """Per position, 1 for the forward values the forward outputs depend on (`fw_required`)."""
+        mask = bytearray(len(self.arrays.names))
+        for n in self.fw_required:
+            mask[self.arrays.index[n]] = 1
+        return bytes(mask)
+
+    @functools.cached_property
+    def excluded_storages(self) -> frozenset[int]:
+        """Positions of the storages of the gradients the step returns (never counted as activations)."""
+        a = self.arrays
+        return frozenset(a.storage[a.index[o]] for o in self.graph.bw_outputs)
 
     def resolve(self, chosen: Iterable[str]) -> Resolved:
-        a = self.arrays
-        recompute = {a.index[n] for n in chosen}
-        recompute |= {a.index[n] for n in self.constraints.must_recompute}
-        recompute -= {a.index[n] for n in self.constraints.must_save}
+        index = self.arrays.index
+        must_recompute, must_save = self._forced
+        recompute = {index[n] for n in chosen}
+        recompute |= must_recompute
+        recompute -= must_save
         return self._walk(recompute.__contains__)
 
     def resolve_saved(self, saved: Iterable[str]) -> Resolved:

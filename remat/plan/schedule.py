@@ -14,9 +14,7 @@ def forward_ids(problem: Problem, resolved: Resolved) -> list[int]:
     forward module is handed to inductor in this order (rewrite.split.run_early). Elsewhere the joint graph's
     order stands: op by op, computing such a value early only trades its bytes for its inputs'."""
     a = problem.arrays
-    required = bytearray(len(a.names))
-    for n in problem.fw_required:
-        required[a.index[n]] = 1
+    required = bytearray(problem.fw_required_mask)
     stack = [a.index[n] for n in resolved.saved]
     while stack:
         i = stack.pop()
@@ -67,7 +65,7 @@ def backward_ids(problem: Problem, resolved: Resolved) -> list[int]:
     for n in resolved.recomputed:
         pending[a.index[n]] = 1
     order: list[int] = []
-    for node in (a.index[n] for n in problem.backward):
+    for node in problem.backward_positions:
         for root in inputs_of[node]:
             if not pending[root]:
                 continue
@@ -88,7 +86,9 @@ def backward_ids(problem: Problem, resolved: Resolved) -> list[int]:
                 if not pending[i]:
                     continue
                 stack.append((i, True))
-                stack.extend((j, False) for j in reversed(inputs_of[i]) if pending[j])
+                for j in reversed(inputs_of[i]):
+                    if pending[j]:
+                        stack.append((j, False))
         order.append(node)
     return order
 

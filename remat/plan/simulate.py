@@ -75,7 +75,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     recomputed = bytearray(n)
     for name in resolved.recomputed:
         recomputed[a.index[name]] = 1
-    excluded = {storage[a.index[o]] for o in problem.graph.bw_outputs}
+    excluded = problem.excluded_storages
 
     # A storage instance is its owner's index (the forward copy) or owner + n (a copy made in backward).
     plain = problem.instances  # instance outside recomputation, per node (-1: not counted)
@@ -101,7 +101,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
             if k >= 0:
                 last[k] = pos
         # A multi-output op allocates its outputs when it runs, not when a getitem picks them up.
-        for k in [i] + [g for g in getitems[i] if in_fw[g]]:
+        for k in (i, *[g for g in getitems[i] if in_fw[g]]) if getitems[i] else (i,):
             if allocates[k] and alloc[k] < 0 and not fw_in[k]:
                 alloc[k] = pos
                 allocated.append(k)
@@ -119,8 +119,8 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
                 last[k] = pos
                 if first_bw[k] < 0:
                     first_bw[k] = pos
-        taken = [g for g in getitems[i] if recomputed[g] or role[g] == BACKWARD_ROLE]
-        for m in [i] + taken:
+        taken = [g for g in getitems[i] if recomputed[g] or role[g] == BACKWARD_ROLE] if getitems[i] else ()
+        for m in (i, *taken):
             if not allocates[m]:
                 continue
             k = m + n if recomputed[m] or role[m] == BACKWARD_ROLE else plain[m]
@@ -200,7 +200,7 @@ def _pull(a, i: int, at: int, recomputed, bw_in, memo, alloc) -> None:
             stack.extend(a.storage[j] for j in fusion.expand(a, o, bw_in, memo) if recomputed[a.storage[j]])
 
 
-def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int], excluded: set[int], recomputed):
+def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int], excluded: frozenset[int], recomputed):
     """Per position, whether inductor computes the value inside a later kernel rather than writing it out, in the
     forward module (an mm inside an addmm, and values read only by pointwise loops) and in the backward module (an
     addmm's mm, and gradients and recomputed values read only by pointwise loops) — fusion.py. The forward writes out
@@ -256,11 +256,12 @@ def _unused_outputs(problem: Problem, fw: list[int], bw: list[int], recomputed) 
     spans: list[tuple[int, int, int]] = []
     taken = set(fw)
     for pos, i in enumerate(fw):
-        spans.extend((g, pos, pos) for g in getitems[i] if g not in taken and nbytes[g])
+        if getitems[i]:
+            spans.extend((g, pos, pos) for g in getitems[i] if g not in taken and nbytes[g])
         if workspace[i] >= 0:
             spans.append((workspace[i], pos, pos))
     for pos, i in enumerate(bw, start=len(fw)):
-        if recomputed[i]:
+        if recomputed[i] and getitems[i]:
             spans.extend((g, pos, pos) for g in getitems[i] if not recomputed[g] and nbytes[g])
         if workspace[i] >= 0 and (recomputed[i] or a.role[i] == BACKWARD_ROLE):
             spans.append((workspace[i], pos, pos))
