@@ -74,20 +74,20 @@ def _join(parts: Iterable[str]) -> str:
 
 def within_budget(rows: list[dict[str, Any]]) -> Finding:
     """Every remat row with a budget: measured peak <= 1.05 x the budget it was planned against."""
-    checked = [(r, r["measured_peak_bytes"] / budget_bytes(r)) for r in _ok(rows)
-               if budget_bytes(r)]
+    checked = [(r, r["measured_peak_bytes"] / budget_bytes(r)) for r in _ok(rows) if budget_bytes(r)]
     if not checked:
         return Finding("within_budget", None, "No remat row with a budget was measured.")
     worst_row, worst = max(checked, key=lambda item: item[1])
     over = [(r, ratio) for r, ratio in checked if ratio > BUDGET_SLACK]
-    text = (f"remat's measured peak ≤ {BUDGET_SLACK} × budget on every remat row with a budget "
-            f"(fraction rows against the plan's resolved budget in bytes): {_yes(not over)} — {len(checked)} rows, "
-            f"worst ratio {worst:.3f} ({worst_row['model']} `{worst_row['row']}`)")
+    text = (
+        f"remat's measured peak ≤ {BUDGET_SLACK} × budget on every remat row with a budget "
+        f"(fraction rows against the plan's resolved budget in bytes): {_yes(not over)} — {len(checked)} rows, "
+        f"worst ratio {worst:.3f} ({worst_row['model']} `{worst_row['row']}`)"
+    )
     excess_row = max((r for r, _ in checked), key=lambda r: r["measured_peak_bytes"] - budget_bytes(r))
     excess = excess_row["measured_peak_bytes"] - budget_bytes(excess_row)
     if excess > 0:
-        text += (f"; largest excess over the budget {_bytes(excess)} ({excess_row['model']} "
-                 f"`{excess_row['row']}`)")
+        text += f"; largest excess over the budget {_bytes(excess)} ({excess_row['model']} `{excess_row['row']}`)"
     text += "."
     if over:
         text += " Over: " + _join(_over(r, ratio) for r, ratio in over) + "."
@@ -105,22 +105,45 @@ def monotone(rows: list[dict[str, Any]]) -> Finding:
     """Per model, over all remat rows with a budget: a lower budget never gives a higher measured peak."""
     parts, ok = [], True
     for model in _models(rows):
-        budgeted = sorted(((budget_bytes(r), r) for r in _ok(rows)
-                           if r["model"] == model and budget_bytes(r) and not r.get("options")),
-                          key=lambda item: item[0])
+        budgeted = sorted(
+            (
+                (budget_bytes(r), r)
+                for r in _ok(rows)
+                if r["model"] == model and budget_bytes(r) and not r.get("options")
+            ),
+            key=lambda item: item[0],
+        )
         if len(budgeted) < 2:
             continue
-        worse = [(lo, hi) for i, (b_lo, lo) in enumerate(budgeted) for b_hi, hi in budgeted[i + 1:]
-                 if b_lo < b_hi and lo["measured_peak_bytes"] > hi["measured_peak_bytes"]]
+        worse = [
+            (lo, hi)
+            for i, (b_lo, lo) in enumerate(budgeted)
+            for b_hi, hi in budgeted[i + 1 :]
+            if b_lo < b_hi and lo["measured_peak_bytes"] > hi["measured_peak_bytes"]
+        ]
         ok = ok and not worse
         peaks = " ≥ ".join(f"{r['measured_peak_bytes'] / MiB:.1f}" for _, r in reversed(budgeted))
-        parts.append(f"{model}: {peaks} MiB" + ("" if not worse else " — rises at " + _join(
-            f"`{lo['row']}` ({_mib(lo['measured_peak_bytes'])}) vs `{hi['row']}` ({_mib(hi['measured_peak_bytes'])})"
-            for lo, hi in worse)))
+        parts.append(
+            f"{model}: {peaks} MiB"
+            + (
+                ""
+                if not worse
+                else " — rises at "
+                + _join(
+                    f"`{lo['row']}` ({_mib(lo['measured_peak_bytes'])}) vs "
+                    f"`{hi['row']}` ({_mib(hi['measured_peak_bytes'])})"
+                    for lo, hi in worse
+                )
+            )
+        )
     if not parts:
         return Finding("monotone", None, "Fewer than two remat rows with a budget per model: monotonicity not checked.")
-    return Finding("monotone", ok, "remat's measured peak never rises as its budget (in bytes) falls: "
-                   f"{_yes(ok)} — {_join(parts)} (highest budget first).")
+    return Finding(
+        "monotone",
+        ok,
+        "remat's measured peak never rises as its budget (in bytes) falls: "
+        f"{_yes(ok)} — {_join(parts)} (highest budget first).",
+    )
 
 
 def torch_rises(rows: list[dict[str, Any]], lo: float = 0.0, hi: float = 0.5) -> Finding:
@@ -132,13 +155,19 @@ def torch_rises(rows: list[dict[str, Any]], lo: float = 0.0, hi: float = 0.5) ->
             continue
         ratio = a["measured_peak_bytes"] / b["measured_peak_bytes"]
         rises.append(ratio > 1.0)
-        parts.append(f"{model}: {_mib(a['measured_peak_bytes'])} at {lo} vs {_mib(b['measured_peak_bytes'])} at {hi} "
-                     f"({ratio:.2f}×)")
+        parts.append(
+            f"{model}: {_mib(a['measured_peak_bytes'])} at {lo} vs {_mib(b['measured_peak_bytes'])} at {hi} "
+            f"({ratio:.2f}×)"
+        )
     if not parts:
         return Finding("torch_rises", None, f"torch budget {lo} and {hi} rows not both measured.")
     n = sum(rises)
-    return Finding("torch_rises", None, f"torch's measured peak at activation_memory_budget {lo} vs {hi}: "
-                   f"{_join(parts)} — higher at the lower budget on {n} of {len(parts)} models.")
+    return Finding(
+        "torch_rises",
+        None,
+        f"torch's measured peak at activation_memory_budget {lo} vs {hi}: "
+        f"{_join(parts)} — higher at the lower budget on {n} of {len(parts)} models.",
+    )
 
 
 def grads(rows: list[dict[str, Any]], inner: str) -> Finding:
@@ -155,15 +184,15 @@ def grads(rows: list[dict[str, Any]], inner: str) -> Finding:
     if worst["max_grad_diff"] == 0.0:
         found = "0"
     else:
-        found = (f"{worst['max_grad_diff']:.1e} ({worst['model']} `{worst['row']}`, "
-                 f"rel {worst['max_grad_rel_err']:.2g})")
-    text = (f"remat's gradients {rule} to eager on all {len(remat_rows)} remat rows: {_yes(ok)} — "
-            f"max grad diff {found}")
+        found = f"{worst['max_grad_diff']:.1e} ({worst['model']} `{worst['row']}`, rel {worst['max_grad_rel_err']:.2g})"
+    text = f"remat's gradients {rule} to eager on all {len(remat_rows)} remat rows: {_yes(ok)} — max grad diff {found}"
     if torch_rows:
         wrong = [r for r in torch_rows if r["max_grad_rel_err"] > tol]
         t = max(torch_rows, key=lambda r: r["max_grad_rel_err"])
-        text += (f"; torch's budget rows: {len(wrong)} of {len(torch_rows)} outside that, worst per-parameter "
-                 f"relative error {t['max_grad_rel_err']:.2f} ({t['model']} `{t['row']}`)")
+        text += (
+            f"; torch's budget rows: {len(wrong)} of {len(torch_rows)} outside that, worst per-parameter "
+            f"relative error {t['max_grad_rel_err']:.2f} ({t['model']} `{t['row']}`)"
+        )
     return Finding("grads", ok, text + ".")
 
 
@@ -175,12 +204,17 @@ def at_torch_peaks(rows: list[dict[str, Any]], budgets: Iterable[float]) -> Find
             t, r = _row(rows, model, f"torch budget {b}"), _row(rows, model, f"remat bytes = torch {b}")
             if t is None or r is None:
                 continue
-            parts.append(f"{model} @ torch {b}: peak {_mib(r['measured_peak_bytes'])} vs "
-                         f"{_mib(t['measured_peak_bytes'])}, step time {r['step_ms'] / t['step_ms']:.2f}× torch's")
+            parts.append(
+                f"{model} @ torch {b}: peak {_mib(r['measured_peak_bytes'])} vs "
+                f"{_mib(t['measured_peak_bytes'])}, step time {r['step_ms'] / t['step_ms']:.2f}× torch's"
+            )
     if not parts:
         return Finding("at_torch_peaks", None, "No `remat bytes = torch b` row next to its torch row.")
-    return Finding("at_torch_peaks", None, "remat with torch's measured peak as its byte budget, against that torch "
-                   f"row: {_join(parts)}.")
+    return Finding(
+        "at_torch_peaks",
+        None,
+        f"remat with torch's measured peak as its byte budget, against that torch row: {_join(parts)}.",
+    )
 
 
 def _peak_ratios(pairs: Iterable[tuple[str, Any, Any]], limit: float, digits: int) -> tuple[list[str], list[str]]:
@@ -192,10 +226,12 @@ def _peak_ratios(pairs: Iterable[tuple[str, Any, Any]], limit: float, digits: in
             continue
         ratio = r["measured_peak_bytes"] / c["measured_peak_bytes"]
         if ratio > limit:
-            over.append(f"{model} ({_mib(r['measured_peak_bytes'] - c['measured_peak_bytes'])} above, "
-                        f"{ratio:.{digits}f}×)")
-        parts.append(f"{model}: {_mib(r['measured_peak_bytes'])} vs {_mib(c['measured_peak_bytes'])} "
-                     f"({ratio:.{digits}f}×)")
+            over.append(
+                f"{model} ({_mib(r['measured_peak_bytes'] - c['measured_peak_bytes'])} above, {ratio:.{digits}f}×)"
+            )
+        parts.append(
+            f"{model}: {_mib(r['measured_peak_bytes'])} vs {_mib(c['measured_peak_bytes'])} ({ratio:.{digits}f}×)"
+        )
     return parts, over
 
 
@@ -213,8 +249,13 @@ def none_vs_plain(rows: list[dict[str, Any]], inner: str) -> Finding:
     own partition keeps, so its measured peak may be at most ``NONE_PEAK_SLACK`` x the plain row's."""
     pairs = [(model, _row(rows, model, "remat None"), _row(rows, model, inner)) for model in _models(rows)]
     parts, over = _peak_ratios(pairs, NONE_PEAK_SLACK, 3)
-    return _verdict("none_vs_plain", f"`remat None` (no budget) measured peak ≤ {NONE_PEAK_SLACK} × plain "
-                    f"`{inner}`'s on every model", parts, over, f"`remat None` and `{inner}` rows not both measured.")
+    return _verdict(
+        "none_vs_plain",
+        f"`remat None` (no budget) measured peak ≤ {NONE_PEAK_SLACK} × plain `{inner}`'s on every model",
+        parts,
+        over,
+        f"`remat None` and `{inner}` rows not both measured.",
+    )
 
 
 def none_vs_plain_time(rows: list[dict[str, Any]], inner: str) -> Finding:
@@ -231,8 +272,10 @@ def none_vs_plain_time(rows: list[dict[str, Any]], inner: str) -> Finding:
         parts.append(f"{model}: {r['step_ms']:.1f} vs {c['step_ms']:.1f} ms ({ratio:.2f}×)")
     if not parts:
         return Finding("none_vs_plain_time", None, f"`remat None` and `{inner}` rows not both measured.")
-    text = (f"`remat None` step time ≤ {NONE_TIME_SLACK} × plain `{inner}`'s on every model: {_yes(not over)} — "
-            f"{_join(parts)}")
+    text = (
+        f"`remat None` step time ≤ {NONE_TIME_SLACK} × plain `{inner}`'s on every model: {_yes(not over)} — "
+        f"{_join(parts)}"
+    )
     if over:
         text += f". Slower on {len(over)} of {len(parts)} models: " + _join(over)
     return Finding("none_vs_plain_time", not over, text + ".")
@@ -252,22 +295,39 @@ def _time_ratio(r: dict[str, Any], ref: dict[str, Any], limit: float) -> tuple[f
     spreads = [s for s in (_spread(r), _spread(ref)) if s is not None]
     if ratio > limit and spreads:
         noise = max(spreads)
-        text += (f" (the two rows' own step-time spread is up to {noise:.0%}: the excess is "
-                 f"{'within' if ratio - limit <= noise else 'beyond'} it)")
+        text += (
+            f" (the two rows' own step-time spread is up to {noise:.0%}: the excess is "
+            f"{'within' if ratio - limit <= noise else 'beyond'} it)"
+        )
     return ratio, text
 
 
 def least_vs_per_block(rows: list[dict[str, Any]]) -> Finding:
     """Per model: remat's least peak (fraction 0.0) against the per-block checkpoint row, both measured."""
+
     def least(model: str) -> dict[str, Any] | None:
-        return next((r for r in _ok(rows) if r["model"] == model and r["kind"] == "remat" and not r.get("options")
-                     and r.get("budget_kind") == "fraction" and r["budget"] == 0.0), None)
+        return next(
+            (
+                r
+                for r in _ok(rows)
+                if r["model"] == model
+                and r["kind"] == "remat"
+                and not r.get("options")
+                and r.get("budget_kind") == "fraction"
+                and r["budget"] == 0.0
+            ),
+            None,
+        )
 
     pairs = [(model, least(model), _row(rows, model, PER_BLOCK)) for model in _models(rows)]
     parts, over = _peak_ratios(pairs, 1.0, 2)
-    return _verdict("least_vs_per_block", f"remat's least peak (fraction 0.0) ≤ per-block checkpoint's "
-                    f"(`{PER_BLOCK}`) measured peak on every model", parts, over,
-                    f"`remat fraction 0.0` and `{PER_BLOCK}` rows not both measured.")
+    return _verdict(
+        "least_vs_per_block",
+        f"remat's least peak (fraction 0.0) ≤ per-block checkpoint's (`{PER_BLOCK}`) measured peak on every model",
+        parts,
+        over,
+        f"`remat fraction 0.0` and `{PER_BLOCK}` rows not both measured.",
+    )
 
 
 def _recipe_pairs(rows: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
@@ -301,8 +361,10 @@ def at_recipe_peaks(rows: list[dict[str, Any]]) -> Finding:
         if why:
             failed.append(f"{model} `{r['row']}`: " + ", ".join(why))
         parts.append(text)
-    text = (f"remat at each hand recipe's measured peak as its byte budget meets it (measured ≤ {BUDGET_SLACK} × "
-            f"budget, feasible plan, no warning): {_yes(not failed)} — {_join(parts)}")
+    text = (
+        f"remat at each hand recipe's measured peak as its byte budget meets it (measured ≤ {BUDGET_SLACK} × "
+        f"budget, feasible plan, no warning): {_yes(not failed)} — {_join(parts)}"
+    )
     if failed:
         text += f". Failing {len(failed)} of {len(pairs)}: " + _join(failed)
     return Finding("at_recipe_peaks", not failed, text + ".")
@@ -319,15 +381,16 @@ def recipe_step_time(rows: list[dict[str, Any]]) -> Finding:
         parts.append(f"{model} @ {recipe}: {ratio:.2f}×")
         if ratio > 1.0:
             slower.append(f"{model} `{r['row']}` {text}")
-    text = (f"remat at each hand recipe's measured peak steps no slower than that recipe: {_yes(not slower)} — "
-            f"step time over the recipe's: {_join(parts)}")
+    text = (
+        f"remat at each hand recipe's measured peak steps no slower than that recipe: {_yes(not slower)} — "
+        f"step time over the recipe's: {_join(parts)}"
+    )
     if slower:
         text += f". Slower on {len(slower)} of {len(pairs)}: " + _join(slower)
     return Finding("recipe_step_time", not slower, text + ".")
 
 
-def compile_time(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = False,
-                 warmed_up: bool = False) -> Finding:
+def compile_time(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = False, warmed_up: bool = False) -> Finding:
     """Per model, remat's slowest first step (compilation included) against the plain compiled row's.
 
     ``fresh_cache``: the run compiled every row with an empty inductor cache (``rows.row_context``). Without it,
@@ -346,36 +409,50 @@ def compile_time(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = Fal
         n_over = sum(r["first_step_s"] > COMPILE_SLACK * c["first_step_s"] for r in timed)
         if n_over:
             over.append(f"{model} ({n_over} of {len(timed)} remat rows)")
-        parts.append(f"{model}: `{worst['row']}` {worst['first_step_s']:.1f} s vs {c['first_step_s']:.1f} s "
-                     f"({ratio:.2f}×)")
+        parts.append(
+            f"{model}: `{worst['row']}` {worst['first_step_s']:.1f} s vs {c['first_step_s']:.1f} s ({ratio:.2f}×)"
+        )
         first = first and all(rows.index(c) < rows.index(r) for r in timed)
         none = _row(rows, model, "remat None")
         if none is not None and "first_step_s" in none:
             nones.append((model, none["first_step_s"], c["first_step_s"]))
     if not parts:
         return Finding("compile_time", None, f"No remat row with its first-step time next to a `{inner}` row.")
-    text = (f"remat's first step (compilation included) ≤ {COMPILE_SLACK} × plain `{inner}`'s on every model: "
-            f"{_yes(not over)} — slowest remat row per model: {_join(parts)}")
+    text = (
+        f"remat's first step (compilation included) ≤ {COMPILE_SLACK} × plain `{inner}`'s on every model: "
+        f"{_yes(not over)} — slowest remat row per model: {_join(parts)}"
+    )
     if over:
         text += ". Over on " + ", ".join(over)
     text += ". Measured as the wall time of each row's first call (one step's run included)"
-    if not warmed_up and rows and next((r for r in rows if r["kind"] in ("compiled", "torch", "remat")), {}).get(
-            "kind") == "compiled":
-        text += ("; the plain row was this run's first compile, so its time also holds the process's one-time "
-                 "compiler start-up")
+    if (
+        not warmed_up
+        and rows
+        and next((r for r in rows if r["kind"] in ("compiled", "torch", "remat")), {}).get("kind") == "compiled"
+    ):
+        text += (
+            "; the plain row was this run's first compile, so its time also holds the process's one-time "
+            "compiler start-up"
+        )
     if inner == "inductor" and not fresh_cache:
-        text += ("; in this run the compiled rows shared inductor's kernel caches (in process and on disk, keyed "
-                 "by the kernel's source; only the FX graph cache was off), so a row could reuse kernels an earlier "
-                 "row built")
+        text += (
+            "; in this run the compiled rows shared inductor's kernel caches (in process and on disk, keyed "
+            "by the kernel's source; only the FX graph cache was off), so a row could reuse kernels an earlier "
+            "row built"
+        )
         if first:
-            text += (", and the plain row ran before every remat row of its model: remat rows could reuse its "
-                     "kernels, it could not reuse theirs")
+            text += (
+                ", and the plain row ran before every remat row of its model: remat rows could reuse its "
+                "kernels, it could not reuse theirs"
+            )
         faster = [f"{m} {n:.1f} s vs {p:.1f} s" for m, n, p in nones if n < p]
         if faster:
-            text += ("; `remat None` plans and then compiles with the same inner compiler, yet its first step took "
-                     "less than the plain row's on " + ", ".join(faster) + ": the plain row's time holds kernel "
-                     "builds that later rows could skip, so these ratios do not compare compile times from equal "
-                     "caches")
+            text += (
+                "; `remat None` plans and then compiles with the same inner compiler, yet its first step took "
+                "less than the plain row's on " + ", ".join(faster) + ": the plain row's time holds kernel "
+                "builds that later rows could skip, so these ratios do not compare compile times from equal "
+                "caches"
+            )
     elif inner == "inductor":
         text += "; every compiled row compiled with an empty inductor cache, so each built all of its own kernels"
     return Finding("compile_time", not over, text + ".")
@@ -399,32 +476,44 @@ def least_peaks(rows: list[dict[str, Any]]) -> Finding:
 def sim_vs_measured(rows: list[dict[str, Any]]) -> Finding:
     """Every remat row with a budget, and `remat None`: |measured - simulated| peak <= ``SIM_TOLERANCE`` x the
     simulated peak. Rows that compiled to several graphs are left out (their plan figures are the last graph's)."""
-    chosen = [r for r in _ok(rows) if r["kind"] == "remat" and r.get("plan_peak_bytes")
-              and (budget_bytes(r) or (r.get("budget") is None and not r.get("options")))]
+    chosen = [
+        r
+        for r in _ok(rows)
+        if r["kind"] == "remat"
+        and r.get("plan_peak_bytes")
+        and (budget_bytes(r) or (r.get("budget") is None and not r.get("options")))
+    ]
     split = [r for r in chosen if r.get("plan_graphs", 1) > 1]
-    pairs = [(r, (r["measured_peak_bytes"] - r["plan_peak_bytes"]) / r["plan_peak_bytes"])
-             for r in chosen if r.get("plan_graphs", 1) <= 1]
+    pairs = [
+        (r, (r["measured_peak_bytes"] - r["plan_peak_bytes"]) / r["plan_peak_bytes"])
+        for r in chosen
+        if r.get("plan_graphs", 1) <= 1
+    ]
     if not pairs:
         return Finding("sim_vs_measured", None, "No remat plan recorded.")
     worst, dev = max(pairs, key=lambda item: abs(item[1]))
     off = [(r, d) for r, d in pairs if abs(d) > SIM_TOLERANCE]
     diff = worst["measured_peak_bytes"] - worst["plan_peak_bytes"]
-    text = (f"measured peak within {SIM_TOLERANCE:.0%} of the simulated peak on every remat row with a budget and on "
-            f"`remat None`: {_yes(not off)} — {len(off)} of {len(pairs)} rows outside, largest difference "
-            f"{diff / MiB:+.2f} MiB ({dev:+.1%}, {worst['model']} `{worst['row']}`)")
+    text = (
+        f"measured peak within {SIM_TOLERANCE:.0%} of the simulated peak on every remat row with a budget and on "
+        f"`remat None`: {_yes(not off)} — {len(off)} of {len(pairs)} rows outside, largest difference "
+        f"{diff / MiB:+.2f} MiB ({dev:+.1%}, {worst['model']} `{worst['row']}`)"
+    )
     if off:
         text += ". Outside (measured vs simulated): " + _join(f"{r['model']} `{r['row']}` {d:+.1%}" for r, d in off)
     if split:
-        text += (f". Not compared ({len(split)} rows compiled to several graphs): "
-                 + ", ".join(f"{r['model']} `{r['row']}`" for r in split))
+        text += f". Not compared ({len(split)} rows compiled to several graphs): " + ", ".join(
+            f"{r['model']} `{r['row']}`" for r in split
+        )
     return Finding("sim_vs_measured", not off, text + ".")
 
 
 def problems(rows: list[dict[str, Any]]) -> Finding:
     """Rows that failed, and remat rows whose model compiled to more than one graph."""
     failed = [f"{r['model']} `{r['row']}`: {r['error']}" for r in rows if "error" in r]
-    broken = [f"{r['model']} `{r['row']}` ({r['plan_graphs']} graphs)" for r in _ok(rows)
-              if r.get("plan_graphs", 1) > 1]
+    broken = [
+        f"{r['model']} `{r['row']}` ({r['plan_graphs']} graphs)" for r in _ok(rows) if r.get("plan_graphs", 1) > 1
+    ]
     if not failed and not broken:
         return Finding("problems", True, "every row ran; every remat row compiled to one graph.")
     text = ""
@@ -437,25 +526,44 @@ def problems(rows: list[dict[str, Any]]) -> Finding:
 
 def timing_spread(rows: list[dict[str, Any]]) -> Finding:
     """How much the timed steps of one row vary: (slowest - fastest) / median, over the rows."""
-    spreads = sorted((((max(r["step_ms_all"]) - min(r["step_ms_all"])) / r["step_ms"], r) for r in _ok(rows)
-                      if len(r.get("step_ms_all", ())) > 1), key=lambda item: item[0])
+    spreads = sorted(
+        (
+            ((max(r["step_ms_all"]) - min(r["step_ms_all"])) / r["step_ms"], r)
+            for r in _ok(rows)
+            if len(r.get("step_ms_all", ())) > 1
+        ),
+        key=lambda item: item[0],
+    )
     if not spreads:
         return Finding("timing_spread", None, "one timed step per row: no spread to report.")
     median = spreads[len(spreads) // 2][0]
     worst, r = spreads[-1]
-    return Finding("timing_spread", None, f"timing noise: (slowest - fastest) / median of a row's timed steps is "
-                   f"{median:.0%} on the median row, {worst:.0%} at most ({r['model']} `{r['row']}`); step-time "
-                   "differences smaller than that are within this run's noise.")
+    return Finding(
+        "timing_spread",
+        None,
+        f"timing noise: (slowest - fastest) / median of a row's timed steps is "
+        f"{median:.0%} on the median row, {worst:.0%} at most ({r['model']} `{r['row']}`); step-time "
+        "differences smaller than that are within this run's noise.",
+    )
 
 
-def all_findings(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = False,
-                 warmed_up: bool = False) -> list[Finding]:
+def all_findings(
+    rows: list[dict[str, Any]], inner: str, fresh_cache: bool = False, warmed_up: bool = False
+) -> list[Finding]:
     """Every statement of the report's "What this shows", in order; ``inner`` names the plain compiled row;
     ``fresh_cache``, ``warmed_up``: how the run compiled (see ``compile_time``)."""
     torch_budgets = sorted({r["budget"] for r in rows if r["kind"] == "torch"}, reverse=True)
     found = [within_budget(rows), monotone(rows), sim_vs_measured(rows), grads(rows, inner)]
     if torch_budgets:
         found += [torch_rises(rows, min(torch_budgets), max(torch_budgets)), at_torch_peaks(rows, torch_budgets)]
-    return found + [none_vs_plain(rows, inner), none_vs_plain_time(rows, inner), least_vs_per_block(rows),
-                    at_recipe_peaks(rows), recipe_step_time(rows), compile_time(rows, inner, fresh_cache, warmed_up),
-                    least_peaks(rows), timing_spread(rows), problems(rows)]
+    return found + [
+        none_vs_plain(rows, inner),
+        none_vs_plain_time(rows, inner),
+        least_vs_per_block(rows),
+        at_recipe_peaks(rows),
+        recipe_step_time(rows),
+        compile_time(rows, inner, fresh_cache, warmed_up),
+        least_peaks(rows),
+        timing_spread(rows),
+        problems(rows),
+    ]

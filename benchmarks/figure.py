@@ -39,17 +39,33 @@ def pareto_input(rows: list[dict[str, Any]], model: str, inner: str) -> tuple[Pa
     if ref is None or not fractions:
         return None
     pareto_rows = tuple(
-        ParetoRow(solver=REMAT_LABEL, budget=r["budget"], budget_bytes=r.get("plan_budget_bytes"),
-                  peak_bytes=r["plan_peak_bytes"], saved_bytes=r["plan_saved_bytes"],
-                  recompute_flops=r["plan_recompute_flops"], feasible=r.get("plan_feasible", True),
-                  measured_peak_bytes=r["measured_peak_bytes"], step_ms=r["step_ms"],
-                  step_ratio=r["step_ms"] / ref["step_ms"])
-        for r in fractions)
-    result = ParetoResult(rows=pareto_rows, baseline_peak_bytes=fractions[0]["plan_baseline_peak_bytes"],
-                          baseline_saved_bytes=fractions[0]["plan_baseline_saved_bytes"], inner=inner,
-                          reference_step_ms=ref["step_ms"], reference_peak_bytes=ref["measured_peak_bytes"])
-    points = [TorchPoint(f"torch {r['budget']}", r["measured_peak_bytes"], r["step_ms"] / ref["step_ms"])
-              for r in mine if r["kind"] == "torch"]
+        ParetoRow(
+            solver=REMAT_LABEL,
+            budget=r["budget"],
+            budget_bytes=r.get("plan_budget_bytes"),
+            peak_bytes=r["plan_peak_bytes"],
+            saved_bytes=r["plan_saved_bytes"],
+            recompute_flops=r["plan_recompute_flops"],
+            feasible=r.get("plan_feasible", True),
+            measured_peak_bytes=r["measured_peak_bytes"],
+            step_ms=r["step_ms"],
+            step_ratio=r["step_ms"] / ref["step_ms"],
+        )
+        for r in fractions
+    )
+    result = ParetoResult(
+        rows=pareto_rows,
+        baseline_peak_bytes=fractions[0]["plan_baseline_peak_bytes"],
+        baseline_saved_bytes=fractions[0]["plan_baseline_saved_bytes"],
+        inner=inner,
+        reference_step_ms=ref["step_ms"],
+        reference_peak_bytes=ref["measured_peak_bytes"],
+    )
+    points = [
+        TorchPoint(f"torch {r['budget']}", r["measured_peak_bytes"], r["step_ms"] / ref["step_ms"])
+        for r in mine
+        if r["kind"] == "torch"
+    ]
     return result, points
 
 
@@ -74,18 +90,31 @@ def pareto_figure(rows: list[dict[str, Any]], meta: dict[str, Any]):
             marker, color, label = EXTRA[key]
             x, y = mib(r["measured_peak_bytes"]), r["step_ms"] / ref_ms
             top = key == "compiled"  # the reference point (1.0) stays visible under coinciding remat points
-            ax.plot([x], [y], marker=marker, linestyle="none", color=color, markersize=9 if top else 6,
-                    zorder=3 if top else 2, label=label or r["row"])
+            ax.plot(
+                [x],
+                [y],
+                marker=marker,
+                linestyle="none",
+                color=color,
+                markersize=9 if top else 6,
+                zorder=3 if top else 2,
+                label=label or r["row"],
+            )
             if key in ("remat bytes", "checkpoint"):
-                ax.annotate(r["row"].removeprefix("remat bytes = "), (x, y), textcoords="offset points",
-                            xytext=(4, 4), fontsize="x-small", color=color)
+                ax.annotate(
+                    r["row"].removeprefix("remat bytes = "),
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize="x-small",
+                    color=color,
+                )
         ax.get_legend().remove()  # one legend for the figure, below the panels, hides no point
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)
         ax.set_title(f"{model}: measured peak vs step time", fontsize="medium")
         ax.set_xlim(left=0)
-    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=min(len(legend), 3),
-               fontsize="small")
+    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=min(len(legend), 3), fontsize="small")
     fig.suptitle(f"torch {meta['torch']}, inner compiler {inner}", fontsize="small")
     return fig
 

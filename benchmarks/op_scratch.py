@@ -36,8 +36,11 @@ def _real(value: object) -> object:
     else:
         dense = torch.zeros(value.shape, dtype=value.dtype)  # indices: 0 is valid for every embedding and target
     try:
-        return dense.as_strided(value.shape, value.stride()) if dense.is_contiguous() and value.is_contiguous() \
+        return (
+            dense.as_strided(value.shape, value.stride())
+            if dense.is_contiguous() and value.is_contiguous()
             else dense.contiguous()
+        )
     except RuntimeError:
         return dense
 

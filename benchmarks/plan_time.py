@@ -20,6 +20,7 @@ a pass/fail line per target follows the table. JSON goes to --out, a markdown ta
 --profile also prints the top of a cProfile (sorted by cumulative time) of one plan per row and the best CPU time of
 each stage on its own.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,9 @@ TARGETS = {("auto", 10_000): 1.0, ("auto", 50_000): 6.0}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument("--layers", help="comma-separated synthetic_chain depths (default: 385,1925)")
     sizes.add_argument("--nodes", help="comma-separated joint-graph sizes, rounded to whole layers")
@@ -70,8 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--inner", default="inductor", choices=("inductor", "aot_eager", "eager"))
     parser.add_argument("--out", type=Path, default=HERE / "results" / "plan_time.json")
     parser.add_argument("--md", type=Path, default=HERE / "PLAN_TIME.md")
-    parser.add_argument("--profile", action="store_true",
-                        help="print a cProfile of one plan per row and the CPU time of each stage")
+    parser.add_argument(
+        "--profile", action="store_true", help="print a cProfile of one plan per row and the CPU time of each stage"
+    )
     args = parser.parse_args(argv)
     if args.nodes:
         args.layers = [max(1, round((int(n) - EXTRA_NODES) / NODES_PER_LAYER)) for n in args.nodes.split(",") if n]
@@ -109,6 +112,7 @@ def torch_partition_seconds(captured, config: RematConfig, repeat: int) -> float
 def stages(captured, repeat: int) -> dict[str, float]:
     """Best-of-`repeat` CPU seconds of each stage plan_joint runs (the same calls, one at a time), and of the parts
     of the solvers: a heuristic family is what make_plan spends nearly all its time on."""
+
     def cpu(fn):
         _, seconds, out = best(fn, repeat)
         return seconds, out
@@ -151,17 +155,23 @@ def growth(rows: list[dict]) -> list[dict]:
     time ∝ nodes^k."""
     out = []
     for solver, fraction in dict.fromkeys((r["solver"], r["fraction"]) for r in rows):
-        series = sorted((r for r in rows if (r["solver"], r["fraction"]) == (solver, fraction)),
-                        key=lambda r: r["nodes"])
+        series = sorted(
+            (r for r in rows if (r["solver"], r["fraction"]) == (solver, fraction)), key=lambda r: r["nodes"]
+        )
         for small, large in zip(series, series[1:]):
             node_ratio = large["nodes"] / small["nodes"]
-            entry = {"solver": solver, "fraction": fraction, "nodes": (small["nodes"], large["nodes"]),
-                     "node_ratio": node_ratio}
+            entry = {
+                "solver": solver,
+                "fraction": fraction,
+                "nodes": (small["nodes"], large["nodes"]),
+                "node_ratio": node_ratio,
+            }
             for figure in ("cpu_seconds", "remat_cpu_seconds"):
                 ratio = large[figure] / small[figure] if small[figure] > 0 else float("nan")
                 entry[figure.replace("seconds", "ratio")] = ratio
-                entry[figure.replace("seconds", "exponent")] = math.log(ratio) / math.log(node_ratio) \
-                    if ratio > 0 and node_ratio != 1 else float("nan")
+                entry[figure.replace("seconds", "exponent")] = (
+                    math.log(ratio) / math.log(node_ratio) if ratio > 0 and node_ratio != 1 else float("nan")
+                )
             out.append(entry)
     return out
 
@@ -172,16 +182,20 @@ def verdicts(rows: list[dict]) -> list[str]:
         if r["target_seconds"] is None:
             continue
         ok = r["cpu_seconds"] <= r["target_seconds"]
-        lines.append(f"{'PASS' if ok else 'FAIL'}: {r['solver']} at memory_budget={r['fraction']} on {r['nodes']} "
-                     f"nodes: {r['cpu_seconds']:.2f} s CPU {'<=' if ok else '>'} {r['target_seconds']} s "
-                     f"(remat {r['remat_cpu_seconds']:.2f} s + torch's min-cut partitioner "
-                     f"{r['torch_partition_cpu_seconds']:.2f} s)")
+        lines.append(
+            f"{'PASS' if ok else 'FAIL'}: {r['solver']} at memory_budget={r['fraction']} on {r['nodes']} "
+            f"nodes: {r['cpu_seconds']:.2f} s CPU {'<=' if ok else '>'} {r['target_seconds']} s "
+            f"(remat {r['remat_cpu_seconds']:.2f} s + torch's min-cut partitioner "
+            f"{r['torch_partition_cpu_seconds']:.2f} s)"
+        )
     return lines
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| solver | budget | nodes | candidates | CPU s | of which torch partitioner | remat CPU s | wall s | "
-            "target CPU s | peak MiB (baseline) | recompute MFLOP |")
+    head = (
+        "| solver | budget | nodes | candidates | CPU s | of which torch partitioner | remat CPU s | wall s | "
+        "target CPU s | peak MiB (baseline) | recompute MFLOP |"
+    )
     lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         target = "-" if r["target_seconds"] is None else f"{r['target_seconds']}"
@@ -189,42 +203,49 @@ def table(rows: list[dict]) -> str:
             f"| {r['solver']} | {r['fraction']} | {r['nodes']} | {r['candidates']} | {r['cpu_seconds']:.3f} | "
             f"{r['torch_partition_cpu_seconds']:.3f} | {r['remat_cpu_seconds']:.3f} | {r['seconds']:.3f} | "
             f"{target} | {r['peak_bytes'] / 2**20:.2f} ({r['baseline_peak_bytes'] / 2**20:.2f}) | "
-            f"{r['recompute_flops'] / 1e6:.1f} |")
+            f"{r['recompute_flops'] / 1e6:.1f} |"
+        )
     return "\n".join(lines)
 
 
 def growth_table(entries: list[dict]) -> str:
-    lines = ["| solver | budget | nodes | node ratio | CPU ratio | exponent | remat CPU ratio | remat exponent |",
-             "|---|---:|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| solver | budget | nodes | node ratio | CPU ratio | exponent | remat CPU ratio | remat exponent |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
     for g in entries:
-        lines.append(f"| {g['solver']} | {g['fraction']} | {g['nodes'][0]} → {g['nodes'][1]} | "
-                     f"{g['node_ratio']:.2f} | {g['cpu_ratio']:.2f} | {g['cpu_exponent']:.2f} | "
-                     f"{g['remat_cpu_ratio']:.2f} | {g['remat_cpu_exponent']:.2f} |")
+        lines.append(
+            f"| {g['solver']} | {g['fraction']} | {g['nodes'][0]} → {g['nodes'][1]} | "
+            f"{g['node_ratio']:.2f} | {g['cpu_ratio']:.2f} | {g['cpu_exponent']:.2f} | "
+            f"{g['remat_cpu_ratio']:.2f} | {g['remat_cpu_exponent']:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def markdown(rows: list[dict], entries: list[dict], lines: list[str], meta: dict) -> str:
     command = "python benchmarks/plan_time.py " + " ".join(meta["argv"])
-    return "\n".join([
-        "# Planning time",
-        "",
-        f"`{command}` on {meta['date']} (torch {meta['torch']}, Python {meta['python']}, {meta['cpus']} CPUs, load "
-        f"average {meta['load_average'][0]:.1f} at the end). `plan_joint` on the joint graph of "
-        "`tests/random_graphs.synthetic_chain`: capture → costs → annotate → build_problem → solver → simulate, "
-        f"inner={meta['inner']!r}. Times are the best of {meta['repeat']}; the figure held to the targets is CPU "
-        "time (the machine is shared, so wall time includes waiting for a core). \"torch partitioner\" is the part "
-        "spent in torch's own min-cut partition of the graph (the baseline plain `torch.compile` computes), "
-        "measured on its own; \"remat\" is the rest.",
-        "",
-        table(rows),
-        "",
-        "Growth between sizes (exponent k: time ∝ nodes^k, 1.0 is linear):",
-        "",
-        growth_table(entries),
-        "",
-        *[f"- {line}" for line in lines],
-        "",
-    ])
+    return "\n".join(
+        [
+            "# Planning time",
+            "",
+            f"`{command}` on {meta['date']} (torch {meta['torch']}, Python {meta['python']}, {meta['cpus']} CPUs, load "
+            f"average {meta['load_average'][0]:.1f} at the end). `plan_joint` on the joint graph of "
+            "`tests/random_graphs.synthetic_chain`: capture → costs → annotate → build_problem → solver → simulate, "
+            f"inner={meta['inner']!r}. Times are the best of {meta['repeat']}; the figure held to the targets is CPU "
+            'time (the machine is shared, so wall time includes waiting for a core). "torch partitioner" is the part '
+            "spent in torch's own min-cut partition of the graph (the baseline plain `torch.compile` computes), "
+            'measured on its own; "remat" is the rest.',
+            "",
+            table(rows),
+            "",
+            "Growth between sizes (exponent k: time ∝ nodes^k, 1.0 is linear):",
+            "",
+            growth_table(entries),
+            "",
+            *[f"- {line}" for line in lines],
+            "",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         (captured,) = capture_joints(model, *inputs)
         captures[layers] = time.perf_counter() - start
         nodes = len(captured.joint.graph.nodes)
-        print(f"synthetic_chain({layers}): {nodes} joint-graph nodes, captured in {captures[layers]:.1f} s "
-              "(not timed)", flush=True)
+        print(
+            f"synthetic_chain({layers}): {nodes} joint-graph nodes, captured in {captures[layers]:.1f} s (not timed)",
+            flush=True,
+        )
         partition = None
         for solver in args.solvers:
             for fraction in args.fractions:
@@ -248,17 +271,30 @@ def main(argv: list[str] | None = None) -> int:
                 if partition is None:  # after a first plan: the joint graph is then as torch's CSE leaves it
                     partition = torch_partition_seconds(captured, config, args.repeat)
                 plan = planned.plan
-                rows.append({
-                    "solver": solver, "fraction": fraction, "layers": layers, "nodes": nodes,
-                    "candidates": len(planned.problem.candidates), "choosable": len(planned.problem.choosable),
-                    "seconds": seconds, "cpu_seconds": cpu_seconds, "torch_partition_cpu_seconds": partition,
-                    "remat_cpu_seconds": max(cpu_seconds - partition, 0.0),
-                    "target_seconds": target_of(solver, nodes),
-                    "peak_bytes": plan.peak_bytes, "baseline_peak_bytes": plan.baseline.peak_bytes,
-                    "budget_bytes": plan.budget_bytes, "recompute_flops": plan.recompute_flops,
-                })
-                print(f"  {solver} at {fraction}: {cpu_seconds:.3f} s CPU ({partition:.3f} s in torch's "
-                      f"partitioner), {seconds:.3f} s wall", flush=True)
+                rows.append(
+                    {
+                        "solver": solver,
+                        "fraction": fraction,
+                        "layers": layers,
+                        "nodes": nodes,
+                        "candidates": len(planned.problem.candidates),
+                        "choosable": len(planned.problem.choosable),
+                        "seconds": seconds,
+                        "cpu_seconds": cpu_seconds,
+                        "torch_partition_cpu_seconds": partition,
+                        "remat_cpu_seconds": max(cpu_seconds - partition, 0.0),
+                        "target_seconds": target_of(solver, nodes),
+                        "peak_bytes": plan.peak_bytes,
+                        "baseline_peak_bytes": plan.baseline.peak_bytes,
+                        "budget_bytes": plan.budget_bytes,
+                        "recompute_flops": plan.recompute_flops,
+                    }
+                )
+                print(
+                    f"  {solver} at {fraction}: {cpu_seconds:.3f} s CPU ({partition:.3f} s in torch's "
+                    f"partitioner), {seconds:.3f} s wall",
+                    flush=True,
+                )
                 if args.profile:
                     print(f"\n## profile: solver={solver} memory_budget={fraction}\n")
                     print(profile(captured, config))
@@ -278,11 +314,18 @@ def main(argv: list[str] | None = None) -> int:
     for line in lines:
         print(line)
     meta = {
-        "load_average": os.getloadavg(), "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__, "python": platform.python_version(), "machine": platform.platform(),
-        "layers": args.layers, "repeat": args.repeat, "inner": args.inner, "capture_seconds": captures,
-        "argv": list(sys.argv[1:] if argv is None else argv), "time": "process_time (CPU seconds)",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.platform(),
+        "layers": args.layers,
+        "repeat": args.repeat,
+        "inner": args.inner,
+        "capture_seconds": captures,
+        "argv": list(sys.argv[1:] if argv is None else argv),
+        "time": "process_time (CPU seconds)",
     }
     result = {"meta": meta, "rows": rows, "growth": entries, "verdicts": lines}
     if breakdown:

@@ -31,8 +31,17 @@ import checks  # noqa: E402
 import figure  # noqa: E402
 from remat.units import MIB as MiB  # noqa: E402
 
-COLUMNS = ("model", "row", "budget MiB", "saved MiB", "sim peak MiB", "measured peak MiB", "step ms",
-           "step time vs eager", "max grad diff")
+COLUMNS = (
+    "model",
+    "row",
+    "budget MiB",
+    "saved MiB",
+    "sim peak MiB",
+    "measured peak MiB",
+    "step ms",
+    "step time vs eager",
+    "max grad diff",
+)
 
 LEGEND = """\
 - **budget**: torch rows: the `activation_memory_budget` fraction they were given; remat fraction rows: the fraction
@@ -83,8 +92,9 @@ def render(json_path: Path, rows: list[dict[str, Any]], meta: dict[str, Any], re
     report_path = report_path or default_report_path(json_path)
     derived(json_path, "headline.md").write_text(headline(rows, meta, _link(report_path)))
     png = figure.write_pareto(derived(json_path, "pareto.png"), rows, meta)
-    report_path.write_text(full_report(rows, meta, _relative(json_path, report_path),
-                                       png and _relative(png, report_path)))
+    report_path.write_text(
+        full_report(rows, meta, _relative(json_path, report_path), png and _relative(png, report_path))
+    )
     return md_path
 
 
@@ -116,11 +126,13 @@ def load(json_path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def _setup(meta: dict[str, Any]) -> str:
     machine = meta["machine"]
-    return (f"torch {meta['torch']}, Python {meta.get('python', '?')}, {machine['cpu']} ({machine['cpu_count']} cores"
-            f"{', ' + machine['cuda'] if machine.get('cuda') else ''}), {machine['torch_threads']} torch threads, "
-            f"inner compiler `{meta['inner']}`, {meta['steps']} timed steps after {meta['warmup']} warm-up"
-            f"{', quick' if meta['quick'] else ''}{', inductor fallback_random' if meta['fallback_random'] else ''}, "
-            f"loss {'compiled with the model' if meta['loss_compiled'] else 'computed eagerly outside the graph'}.")
+    return (
+        f"torch {meta['torch']}, Python {meta.get('python', '?')}, {machine['cpu']} ({machine['cpu_count']} cores"
+        f"{', ' + machine['cuda'] if machine.get('cuda') else ''}), {machine['torch_threads']} torch threads, "
+        f"inner compiler `{meta['inner']}`, {meta['steps']} timed steps after {meta['warmup']} warm-up"
+        f"{', quick' if meta['quick'] else ''}{', inductor fallback_random' if meta['fallback_random'] else ''}, "
+        f"loss {'compiled with the model' if meta['loss_compiled'] else 'computed eagerly outside the graph'}."
+    )
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -142,9 +154,11 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def _table(columns: tuple[str, ...], cells: list[list[str]]) -> list[str]:
     left = ("model", "row")
-    return ["| " + " | ".join(columns) + " |",
-            "|" + "|".join("---" if c in left else "---:" for c in columns) + "|",
-            *("| " + " | ".join(row) + " |" for row in cells)]
+    return [
+        "| " + " | ".join(columns) + " |",
+        "|" + "|".join("---" if c in left else "---:" for c in columns) + "|",
+        *("| " + " | ".join(row) + " |" for row in cells),
+    ]
 
 
 def _cells(r: dict[str, Any]) -> list[str]:
@@ -153,9 +167,17 @@ def _cells(r: dict[str, Any]) -> list[str]:
     saved = _mib(r.get("saved_bytes"))
     if r.get("plan_saved_bytes") is not None:
         saved += f" (plan {_mib(r['plan_saved_bytes'])})"
-    return [r["model"], r["row"], _budget(r), saved, _mib(r.get("plan_peak_bytes")),
-            _mib(r.get("measured_peak_bytes")), f"{r['step_ms']:.1f}", _ratio(r.get("step_vs_eager")),
-            _grad(r["max_grad_diff"], r["max_grad_rel_err"])]
+    return [
+        r["model"],
+        r["row"],
+        _budget(r),
+        saved,
+        _mib(r.get("plan_peak_bytes")),
+        _mib(r.get("measured_peak_bytes")),
+        f"{r['step_ms']:.1f}",
+        _ratio(r.get("step_vs_eager")),
+        _grad(r["max_grad_diff"], r["max_grad_rel_err"]),
+    ]
 
 
 HEADLINE_COLUMNS = ("model", "row", "budget", "measured peak MiB", "step time vs eager", "max grad diff")
@@ -174,20 +196,46 @@ def headline_table(rows: list[dict[str, Any]]) -> list[str]:
         if "error" in r:
             cells.append([r["model"], r["row"], _budget(r), f"error: {r['error'][:80]}", "", ""])
             continue
-        cells.append([r["model"], r["row"], _budget(r), _mib(r["measured_peak_bytes"]),
-                      _ratio(r.get("step_vs_eager")), _grad(r["max_grad_diff"], r["max_grad_rel_err"])])
+        cells.append(
+            [
+                r["model"],
+                r["row"],
+                _budget(r),
+                _mib(r["measured_peak_bytes"]),
+                _ratio(r.get("step_vs_eager")),
+                _grad(r["max_grad_diff"], r["max_grad_rel_err"]),
+            ]
+        )
     return _table(HEADLINE_COLUMNS, cells)
 
 
 def headline(rows: list[dict[str, Any]], meta: dict[str, Any], report_link: str = "benchmarks/REPORT.md") -> str:
     """The snippet README.md shows: the headline table and one line saying where and how it was measured;
     ``report_link``: the full report's path from the repository root."""
-    return "\n".join([*headline_table(rows), "", f"Measured with `{_command(meta)}`: {_setup(meta)} "
-                      f"Full tables, checks and the Pareto figure: [{report_link}]({report_link}).", ""])
+    return "\n".join(
+        [
+            *headline_table(rows),
+            "",
+            f"Measured with `{_command(meta)}`: {_setup(meta)} "
+            f"Full tables, checks and the Pareto figure: [{report_link}]({report_link}).",
+            "",
+        ]
+    )
 
 
-FULL_COLUMNS = ("row", "budget", "saved MiB", "sim peak MiB", "measured peak MiB", "peak / budget", "step ms",
-                "vs eager", "vs compiled", "compile s", "max grad diff")
+FULL_COLUMNS = (
+    "row",
+    "budget",
+    "saved MiB",
+    "sim peak MiB",
+    "measured peak MiB",
+    "peak / budget",
+    "step ms",
+    "vs eager",
+    "vs compiled",
+    "compile s",
+    "max grad diff",
+)
 
 
 def _full_cells(r: dict[str, Any]) -> list[str]:
@@ -197,16 +245,26 @@ def _full_cells(r: dict[str, Any]) -> list[str]:
     if r.get("plan_saved_bytes") is not None:
         saved += f" (plan {_mib(r['plan_saved_bytes'])})"
     budget = checks.budget_bytes(r)
-    return [r["row"], _budget(r), saved, _mib(r.get("plan_peak_bytes")), _mib(r["measured_peak_bytes"]),
-            f"{r['measured_peak_bytes'] / budget:.3f}" if budget else "-", f"{r['step_ms']:.1f}",
-            _ratio(r.get("step_vs_eager")), _ratio(r.get("step_vs_compiled")), f"{r.get('first_step_s', 0):.1f}",
-            _grad(r["max_grad_diff"], r["max_grad_rel_err"])]
+    return [
+        r["row"],
+        _budget(r),
+        saved,
+        _mib(r.get("plan_peak_bytes")),
+        _mib(r["measured_peak_bytes"]),
+        f"{r['measured_peak_bytes'] / budget:.3f}" if budget else "-",
+        f"{r['step_ms']:.1f}",
+        _ratio(r.get("step_vs_eager")),
+        _ratio(r.get("step_vs_compiled")),
+        f"{r.get('first_step_s', 0):.1f}",
+        _grad(r["max_grad_diff"], r["max_grad_rel_err"]),
+    ]
 
 
 def full_report(rows: list[dict[str, Any]], meta: dict[str, Any], json_path: Path, png: Path | None) -> str:
     """benchmarks/REPORT.md: set-up and command, headline table, computed findings, Pareto figure, full tables."""
-    findings = checks.all_findings(rows, meta["inner"], meta.get("fresh_compile_cache", False),
-                                   meta.get("compiler_warmed_up", False))
+    findings = checks.all_findings(
+        rows, meta["inner"], meta.get("fresh_compile_cache", False), meta.get("compiler_warmed_up", False)
+    )
     mark = {True: "✅ ", False: "❌ ", None: ""}
     lines = [
         f"# remat benchmark report: inner compiler `{meta['inner']}`",
@@ -246,8 +304,14 @@ def full_report(rows: list[dict[str, Any]], meta: dict[str, Any], json_path: Pat
     lines += solver_section(meta.get("solvers") or {})
     lines += ["## Full tables", ""]
     for model, shape in meta["workloads"].items():
-        lines += [f"### {model}", "", shape, "", *_table(FULL_COLUMNS,
-                                                           [_full_cells(r) for r in rows if r["model"] == model]), ""]
+        lines += [
+            f"### {model}",
+            "",
+            shape,
+            "",
+            *_table(FULL_COLUMNS, [_full_cells(r) for r in rows if r["model"] == model]),
+            "",
+        ]
     lines += [LEGEND, ""]
     return "\n".join(lines)
 
@@ -256,10 +320,14 @@ def solver_section(solvers: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Solver comparison: each model planned by every solver under the same byte budget (`remat.compare_solvers`)."""
     if not solvers:
         return []
-    lines = ["## Solvers", "",
-             "Planning only (no training step): each solver plans the model's joint graph under the same byte budget "
-             "(the fraction resolved against the least peak solver `auto` reaches). Gap: recompute cost above the "
-             "optimal solver's, as a fraction of it.", ""]
+    lines = [
+        "## Solvers",
+        "",
+        "Planning only (no training step): each solver plans the model's joint graph under the same byte budget "
+        "(the fraction resolved against the least peak solver `auto` reaches). Gap: recompute cost above the "
+        "optimal solver's, as a fraction of it.",
+        "",
+    ]
     cells = []
     for model, records in solvers.items():
         for r in records:
@@ -267,10 +335,31 @@ def solver_section(solvers: dict[str, list[dict[str, Any]]]) -> list[str]:
                 cells.append([model, str(r["fraction"]), "-", "error", r["error"], "", "", ""])
                 continue
             gap = "misses the budget" if not r["feasible"] else "-" if r["gap"] is None else f"{r['gap']:+.1%}"
-            cells.append([model, str(r["fraction"]), _mib(r["budget_bytes"]), r["solver"], _mib(r["peak_bytes"]),
-                          f"{r['recompute_flops'] / 1e6:.0f}", f"{r['seconds']:.2f}", gap])
-    lines += _table(("model", "fraction", "budget MiB", "solver", "sim peak MiB", "recompute MFLOP", "planning s",
-                     "gap to optimal"), cells)
+            cells.append(
+                [
+                    model,
+                    str(r["fraction"]),
+                    _mib(r["budget_bytes"]),
+                    r["solver"],
+                    _mib(r["peak_bytes"]),
+                    f"{r['recompute_flops'] / 1e6:.0f}",
+                    f"{r['seconds']:.2f}",
+                    gap,
+                ]
+            )
+    lines += _table(
+        (
+            "model",
+            "fraction",
+            "budget MiB",
+            "solver",
+            "sim peak MiB",
+            "recompute MFLOP",
+            "planning s",
+            "gap to optimal",
+        ),
+        cells,
+    )
     return lines + [""]
 
 
@@ -305,14 +394,22 @@ def _grad(abs_diff: float, rel_err: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Rebuild the tables, the figure and REPORT.md from saved JSON.")
-    parser.add_argument("json", nargs="*", type=Path,
-                        help="results to rebuild from (default: every one of "
-                             + ", ".join(str(default_json(inner).relative_to(HERE.parent)) for inner in INNERS)
-                             + " that exists)")
-    parser.add_argument("--report", type=Path, default=None,
-                        help="where the full report goes, with one JSON only (default: default_report_path: "
-                             "benchmarks/REPORT.md for results/latest.json, benchmarks/REPORT-<stem>.md for "
-                             "results/<stem>.json, else next to the JSON)")
+    parser.add_argument(
+        "json",
+        nargs="*",
+        type=Path,
+        help="results to rebuild from (default: every one of "
+        + ", ".join(str(default_json(inner).relative_to(HERE.parent)) for inner in INNERS)
+        + " that exists)",
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="where the full report goes, with one JSON only (default: default_report_path: "
+        "benchmarks/REPORT.md for results/latest.json, benchmarks/REPORT-<stem>.md for "
+        "results/<stem>.json, else next to the JSON)",
+    )
     parser.add_argument("--headline", action="store_true", help="print the headline snippet to stdout")
     args = parser.parse_args(argv)
     paths = args.json or [p for p in map(default_json, INNERS) if p.exists()]

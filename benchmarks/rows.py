@@ -64,22 +64,31 @@ def row_specs(inner: str) -> list[RowSpec]:
     specs.append(RowSpec(inner, "compiled", "inductor"))
     specs += [RowSpec(f"torch budget {b}", "torch", "torch", budget=b) for b in TORCH_BUDGETS]
     specs += [RowSpec(f"remat fraction {f}", "remat", "remat", budget=f) for f in REMAT_FRACTIONS]
-    specs += [RowSpec(f"remat bytes = torch {b}", "remat", "remat", budget_from=f"torch budget {b}")
-              for b in TORCH_BUDGETS]
+    specs += [
+        RowSpec(f"remat bytes = torch {b}", "remat", "remat", budget_from=f"torch budget {b}") for b in TORCH_BUDGETS
+    ]
     specs += [RowSpec(f"remat bytes = {recipe}", "remat", "remat", budget_from=name) for name, recipe in RECIPE_ROWS]
     specs.append(RowSpec("remat None", "remat", "remat", budget=None))
     # The runtime's other actions: every saved value to host (on CPU the host is the device: this row shows the
     # copies' cost, not a saving), and saved values in one reused arena.
     specs.append(RowSpec("remat offload", "remat", "remat-runtime", budget=None, options=(("offload", True),)))
-    specs.append(RowSpec("remat contiguous 0.5", "remat", "remat-runtime", budget=0.5,
-                         options=(("contiguous", True),)))
+    specs.append(RowSpec("remat contiguous 0.5", "remat", "remat-runtime", budget=0.5, options=(("contiguous", True),)))
     return specs
 
 
 # torchtitan's op-level selective checkpoint: outputs of these ops are saved, the rest of each block recomputed.
-SAC_SAVED = tuple(getattr(torch.ops.aten, name).default for name in (
-    "mm", "addmm", "bmm", "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_flash_attention") if hasattr(torch.ops.aten, name))
+SAC_SAVED = tuple(
+    getattr(torch.ops.aten, name).default
+    for name in (
+        "mm",
+        "addmm",
+        "bmm",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention",
+    )
+    if hasattr(torch.ops.aten, name)
+)
 
 
 def _sac_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
@@ -165,8 +174,9 @@ class _WithLoss(nn.Module):
         return self.loss_fn(self.model, *inputs)
 
 
-def build(spec: RowSpec, model: nn.Module, inner: str, workload: Workload,
-          compile_loss: bool) -> Callable[..., torch.Tensor]:
+def build(
+    spec: RowSpec, model: nn.Module, inner: str, workload: Workload, compile_loss: bool
+) -> Callable[..., torch.Tensor]:
     """``forward(*inputs) -> loss`` of one row; ``model`` (a fresh copy) is wrapped in place for checkpointing.
 
     Compiled rows compile the model together with its loss when ``compile_loss``, else the model alone (the loss
@@ -287,12 +297,28 @@ def _plan_fields(before: tuple[remat.Plan, ...]) -> dict[str, Any]:
     }
 
 
-def measure_row(spec: RowSpec, workload: Workload, *, inner: str, seed: int, warmup: int, steps: int,
-                ref: tuple[float, list[torch.Tensor]], fallback_random: bool, compile_loss: bool,
-                fresh_cache: bool = True) -> dict[str, Any]:
+def measure_row(
+    spec: RowSpec,
+    workload: Workload,
+    *,
+    inner: str,
+    seed: int,
+    warmup: int,
+    steps: int,
+    ref: tuple[float, list[torch.Tensor]],
+    fallback_random: bool,
+    compile_loss: bool,
+    fresh_cache: bool = True,
+) -> dict[str, Any]:
     """Build the row from a fresh copy of the model and measure it; the returned dict is one report row."""
-    row: dict[str, Any] = {"model": workload.name, "row": spec.name, "kind": spec.kind, "budget": spec.budget,
-                           "budget_kind": budget_kind(spec), "options": dict(spec.options)}
+    row: dict[str, Any] = {
+        "model": workload.name,
+        "row": spec.name,
+        "kind": spec.kind,
+        "budget": spec.budget,
+        "budget_kind": budget_kind(spec),
+        "options": dict(spec.options),
+    }
     model = copy.deepcopy(workload.model)
     if spec.compiled:
         torch._dynamo.reset()  # no compiled code or cache entries carried over from the previous row

@@ -44,46 +44,85 @@ ALL_ROWS = "eager,inductor,torch,remat"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="small batches (" + ", ".join(f"{n} {b[1]}" for n, (_, b) in WORKLOADS.items())
-                             + "), 3 timed steps, --inner aot_eager by default")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="JSON output path; the flat table (.md), the headline snippet and the figure go next "
-                             "to it (default: benchmarks/results/latest.json with --inner inductor, "
-                             "benchmarks/results/aot_eager.json with --inner aot_eager)")
-    parser.add_argument("--report", type=Path, default=None,
-                        help="the full report (tables, checks, figure); default: benchmarks/REPORT.md for "
-                             "results/latest.json, benchmarks/REPORT-<stem>.md for results/<stem>.json, else the "
-                             "same name next to --out. The figure and the headline snippet always go next to --out")
-    parser.add_argument("--headline", action="store_true",
-                        help="print only the headline snippet (for README.md) at the end instead of the full table")
-    parser.add_argument("--models", default=",".join(WORKLOADS),
-                        help="comma-separated subset of: %(default)s (gpt2 needs transformers)")
-    parser.add_argument("--inner", choices=("inductor", "aot_eager"), default=None,
-                        help="compiler of the compiled rows and remat's inner compiler "
-                             "(default: inductor; aot_eager with --quick)")
-    parser.add_argument("--rows", default=ALL_ROWS,
-                        help="comma-separated prefixes of the rows to run: eager (eager and eager+checkpoint), "
-                             "inductor (the plain compile row, whatever --inner), torch, remat "
-                             "(default: %(default)s)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small batches ("
+        + ", ".join(f"{n} {b[1]}" for n, (_, b) in WORKLOADS.items())
+        + "), 3 timed steps, --inner aot_eager by default",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON output path; the flat table (.md), the headline snippet and the figure go next "
+        "to it (default: benchmarks/results/latest.json with --inner inductor, "
+        "benchmarks/results/aot_eager.json with --inner aot_eager)",
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="the full report (tables, checks, figure); default: benchmarks/REPORT.md for "
+        "results/latest.json, benchmarks/REPORT-<stem>.md for results/<stem>.json, else the "
+        "same name next to --out. The figure and the headline snippet always go next to --out",
+    )
+    parser.add_argument(
+        "--headline",
+        action="store_true",
+        help="print only the headline snippet (for README.md) at the end instead of the full table",
+    )
+    parser.add_argument(
+        "--models", default=",".join(WORKLOADS), help="comma-separated subset of: %(default)s (gpt2 needs transformers)"
+    )
+    parser.add_argument(
+        "--inner",
+        choices=("inductor", "aot_eager"),
+        default=None,
+        help="compiler of the compiled rows and remat's inner compiler (default: inductor; aot_eager with --quick)",
+    )
+    parser.add_argument(
+        "--rows",
+        default=ALL_ROWS,
+        help="comma-separated prefixes of the rows to run: eager (eager and eager+checkpoint), "
+        "inductor (the plain compile row, whatever --inner), torch, remat "
+        "(default: %(default)s)",
+    )
     parser.add_argument("--steps", type=int, default=None, help="timed steps per row (default: 10; 3 with --quick)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first, compile included (default: 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, inputs and the gradient check")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch intra-op threads (default: torch's choice). On shared VMs whose vCPUs are "
-                             "descheduled, 1 thread gives far steadier step times than the default")
-    parser.add_argument("--loss-outside", dest="compile_loss", action="store_false",
-                        help="compile the model alone and compute the loss eagerly on its output; by default "
-                             "model and loss compile as one graph, so the budget covers the whole forward")
-    parser.add_argument("--no-fallback-random", dest="fallback_random", action="store_false",
-                        help="let inductor draw its own random numbers (dropout masks then differ from eager's, "
-                             "so every compiled row shows a gradient difference)")
-    parser.add_argument("--shared-compile-cache", dest="fresh_cache", action="store_false",
-                        help="let inductor rows reuse kernels earlier rows built (faster; the compile-time check "
-                             "then says its ratios do not compare compile times from equal caches). By default "
-                             "every inductor row compiles with an empty inductor cache")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: torch's choice). On shared VMs whose vCPUs are "
+        "descheduled, 1 thread gives far steadier step times than the default",
+    )
+    parser.add_argument(
+        "--loss-outside",
+        dest="compile_loss",
+        action="store_false",
+        help="compile the model alone and compute the loss eagerly on its output; by default "
+        "model and loss compile as one graph, so the budget covers the whole forward",
+    )
+    parser.add_argument(
+        "--no-fallback-random",
+        dest="fallback_random",
+        action="store_false",
+        help="let inductor draw its own random numbers (dropout masks then differ from eager's, "
+        "so every compiled row shows a gradient difference)",
+    )
+    parser.add_argument(
+        "--shared-compile-cache",
+        dest="fresh_cache",
+        action="store_false",
+        help="let inductor rows reuse kernels earlier rows built (faster; the compile-time check "
+        "then says its ratios do not compare compile times from equal caches). By default "
+        "every inductor row compiles with an empty inductor cache",
+    )
     args = parser.parse_args(argv)
     args.models = _split(args.models)
     unknown = sorted(set(args.models) - set(WORKLOADS))
@@ -128,13 +167,28 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]
                 spec = dataclasses.replace(spec, budget=peaks[spec.budget_from])
             print(f"   {spec.name} ...", end=" ", flush=True)
             try:
-                row = rows.measure_row(spec, workload, inner=args.inner, seed=args.seed, warmup=args.warmup,
-                                       steps=args.steps, ref=ref, fallback_random=args.fallback_random,
-                                       compile_loss=args.compile_loss, fresh_cache=args.fresh_cache)
+                row = rows.measure_row(
+                    spec,
+                    workload,
+                    inner=args.inner,
+                    seed=args.seed,
+                    warmup=args.warmup,
+                    steps=args.steps,
+                    ref=ref,
+                    fallback_random=args.fallback_random,
+                    compile_loss=args.compile_loss,
+                    fresh_cache=args.fresh_cache,
+                )
             except Exception as exc:  # one broken configuration must not cost the other rows
                 traceback.print_exc()
-                row = {"model": workload.name, "row": spec.name, "kind": spec.kind, "budget": spec.budget,
-                       "budget_kind": rows.budget_kind(spec), "error": f"{type(exc).__name__}: {exc}"}
+                row = {
+                    "model": workload.name,
+                    "row": spec.name,
+                    "kind": spec.kind,
+                    "budget": spec.budget,
+                    "budget_kind": rows.budget_kind(spec),
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
                 print("error", flush=True)
             else:
                 print(f"{row['step_ms']:.1f} ms, peak {row['measured_peak_bytes'] / rows.MiB:.1f} MiB", flush=True)
@@ -158,19 +212,27 @@ def solver_gaps(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
         for fraction in SOLVER_FRACTIONS:
             try:
                 # the graph the rows compile: the same inner compiler, and its random ops as the rows draw them
-                with rows.row_context(rows.RowSpec("solvers", "remat", "remat"), args.inner, args.fallback_random,
-                                      args.fresh_cache):
-                    comparison = remat.compare_solvers(lambda *a: workload.loss_fn(workload.model, *a),
-                                                       *workload.inputs, memory_budget=fraction, inner=args.inner,
-                                                       solver_time_limit=20.0)
+                with rows.row_context(
+                    rows.RowSpec("solvers", "remat", "remat"), args.inner, args.fallback_random, args.fresh_cache
+                ):
+                    comparison = remat.compare_solvers(
+                        lambda *a: workload.loss_fn(workload.model, *a),
+                        *workload.inputs,
+                        memory_budget=fraction,
+                        inner=args.inner,
+                        solver_time_limit=20.0,
+                    )
             except Exception as exc:  # a failing comparison is reported, not fatal
                 records.append({"fraction": fraction, "error": f"{type(exc).__name__}: {exc}"})
                 continue
             for rec in comparison.to_records():
                 records.append({"fraction": fraction, "budget_bytes": comparison.budget_bytes, **rec})
         out[name] = records
-        print(f"== solvers {name}: " + ", ".join(
-            f"{r['solver']}@{r['fraction']} gap {r.get('gap')}" for r in records if "solver" in r), flush=True)
+        print(
+            f"== solvers {name}: "
+            + ", ".join(f"{r['solver']}@{r['fraction']} gap {r.get('gap')}" for r in records if "solver" in r),
+            flush=True,
+        )
     return out
 
 

@@ -8,6 +8,7 @@ is what `--against` resolves the fraction to (bytes, from its own least peak to 
 plans for those same bytes. A miss is a budget `--against` meets and `--solver` does not. Prints each miss and the
 count per inner model.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,10 +87,14 @@ def main(argv: list[str] | None = None) -> int:
             points += len(FRACTIONS)
             count += len(found)
             for fraction, budget, reference, peak in found:
-                print(f"{inner} {name} fraction {fraction:.1f}: budget {budget}, {args.against} {reference}, "
-                      f"{args.solver} {peak} (+{peak - budget})")
-        print(f"{inner}: {args.solver} misses {count} of {points} budgets {args.against} meets "
-              f"({seconds:.1f} CPU s planning)")
+                print(
+                    f"{inner} {name} fraction {fraction:.1f}: budget {budget}, {args.against} {reference}, "
+                    f"{args.solver} {peak} (+{peak - budget})"
+                )
+        print(
+            f"{inner}: {args.solver} misses {count} of {points} budgets {args.against} meets "
+            f"({seconds:.1f} CPU s planning)"
+        )
         total += count
     return 1 if total else 0
 

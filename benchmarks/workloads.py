@@ -43,29 +43,54 @@ class Workload:
 
 def gpt_workload(batch: int, seed: int = 0) -> Workload:
     config = zoo.GPTConfig()
-    shape = (f"GPT {config.n_layer} layers d{config.d_model} {config.n_head} heads seq {config.seq_len} "
-             f"batch {batch} dropout {config.dropout}")
-    return Workload("gpt", zoo.GPT(config, seed=seed), zoo.make_gpt_batch(config, batch, seed=seed), zoo.gpt_loss,
-                    "blocks", shape)
+    shape = (
+        f"GPT {config.n_layer} layers d{config.d_model} {config.n_head} heads seq {config.seq_len} "
+        f"batch {batch} dropout {config.dropout}"
+    )
+    return Workload(
+        "gpt", zoo.GPT(config, seed=seed), zoo.make_gpt_batch(config, batch, seed=seed), zoo.gpt_loss, "blocks", shape
+    )
 
 
 def llama_workload(batch: int, seed: int = 0) -> Workload:
     config = zoo.GPTConfig(dropout=0.0)
-    shape = (f"Llama-style {config.n_layer} layers d{config.d_model} {config.n_head} heads seq {config.seq_len} "
-             f"batch {batch} (RMSNorm, rotary, SwiGLU, SDPA, no dropout)")
-    return Workload("llama", zoo.Llama(config, seed=seed), zoo.make_gpt_batch(config, batch, seed=seed),
-                    zoo.gpt_loss, "layers", shape)
+    shape = (
+        f"Llama-style {config.n_layer} layers d{config.d_model} {config.n_head} heads seq {config.seq_len} "
+        f"batch {batch} (RMSNorm, rotary, SwiGLU, SDPA, no dropout)"
+    )
+    return Workload(
+        "llama",
+        zoo.Llama(config, seed=seed),
+        zoo.make_gpt_batch(config, batch, seed=seed),
+        zoo.gpt_loss,
+        "layers",
+        shape,
+    )
 
 
 def mlp_workload(batch: int, seed: int = 0, width: int = 1024, depth: int = 8) -> Workload:
     shape = f"MLP {depth} x (Linear({width}) + GELU) batch {batch}"
-    return Workload("mlp", zoo.MLP(width, depth, seed=seed), (zoo.make_mlp_batch(width, batch, seed=seed),),
-                    zoo.mlp_loss, "layers", shape)
+    return Workload(
+        "mlp",
+        zoo.MLP(width, depth, seed=seed),
+        (zoo.make_mlp_batch(width, batch, seed=seed),),
+        zoo.mlp_loss,
+        "layers",
+        shape,
+    )
 
 
 # The GPT-style model's shape, so the two transformers compare: 4 layers, d256, 4 heads, seq 256, dropout 0.1.
-GPT2_CONFIG = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256, "vocab_size": 512,
-               "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}
+GPT2_CONFIG = {
+    "n_layer": 4,
+    "n_embd": 256,
+    "n_head": 4,
+    "n_positions": 256,
+    "vocab_size": 512,
+    "resid_pdrop": 0.1,
+    "embd_pdrop": 0.1,
+    "attn_pdrop": 0.1,
+}
 
 
 def gpt2_workload(batch: int, seed: int = 0) -> Workload:
@@ -77,17 +102,21 @@ def gpt2_workload(batch: int, seed: int = 0) -> Workload:
         raise ImportError("the gpt2 benchmark model needs Hugging Face transformers: pip install transformers") from e
     # Eager attention keeps softmax and dropout as separate graph nodes (as in the GPT-style model); no KV cache in
     # training; no bos/eos ids (the default 50256 lies outside this small vocabulary).
-    config = GPT2Config(**GPT2_CONFIG, use_cache=False, bos_token_id=None, eos_token_id=None,
-                        attn_implementation="eager")
+    config = GPT2Config(
+        **GPT2_CONFIG, use_cache=False, bos_token_id=None, eos_token_id=None, attn_implementation="eager"
+    )
     with torch.random.fork_rng(devices=[]):  # HF draws its init from the global RNG: seed it, then restore it
         torch.manual_seed(seed)
         model = GPT2LMHeadModel(config)
     model.train()  # dropout on
-    idx, targets = zoo.make_gpt_batch(zoo.GPTConfig(vocab=config.vocab_size, seq_len=config.n_positions), batch,
-                                      seed=seed)
-    shape = (f"HF transformers GPT2LMHeadModel (random weights, eager attention) {config.n_layer} layers "
-             f"d{config.n_embd} {config.n_head} heads seq {config.n_positions} batch {batch} dropout "
-             f"{config.resid_pdrop}")
+    idx, targets = zoo.make_gpt_batch(
+        zoo.GPTConfig(vocab=config.vocab_size, seq_len=config.n_positions), batch, seed=seed
+    )
+    shape = (
+        f"HF transformers GPT2LMHeadModel (random weights, eager attention) {config.n_layer} layers "
+        f"d{config.n_embd} {config.n_head} heads seq {config.n_positions} batch {batch} dropout "
+        f"{config.resid_pdrop}"
+    )
     return Workload("gpt2", model, (idx, targets), gpt2_loss, "transformer.h", shape)
 
 

@@ -1,8 +1,9 @@
 """remat demo: fit a GPT-style training step into memory budgets stated in bytes.
 
-    bash scripts/demo.sh                  # aot_eager inner compiler: quick on a CPU
-    bash scripts/demo.sh --inner inductor # the default inner compiler (slow first compile on CPU)
+bash scripts/demo.sh                  # aot_eager inner compiler: quick on a CPU
+bash scripts/demo.sh --inner inductor # the default inner compiler (slow first compile on CPU)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,10 @@ def main() -> None:
     batch = make_gpt_batch(config, batch=args.batch)
     train_step(base, batch)
     reference = {n: p.grad.clone() for n, p in base.named_parameters()}
-    print(f"GPT-style model: {config.n_layer} layers, d{config.d_model}, seq {config.seq_len}, batch {args.batch}, "
-          f"dropout {config.dropout}; inner compiler {args.inner}\n")
+    print(
+        f"GPT-style model: {config.n_layer} layers, d{config.d_model}, seq {config.seq_len}, batch {args.batch}, "
+        f"dropout {config.dropout}; inner compiler {args.inner}\n"
+    )
 
     results = []
     for budget in (None, 0.5, "60MiB", 0.0):
@@ -58,8 +61,9 @@ def main() -> None:
         compiled = torch.compile(module, backend="remat", options={"memory_budget": budget, "inner": args.inner})
         train_step(compiled, batch)  # compiles and plans
         plan = remat.last_plan()
-        measured = remat.peak_memory(lambda: train_step(compiled, batch),
-                                     exclude=lambda: [p.grad for p in module.parameters()])
+        measured = remat.peak_memory(
+            lambda: train_step(compiled, batch), exclude=lambda: [p.grad for p in module.parameters()]
+        )
         start = time.perf_counter()
         train_step(compiled, batch)
         ms = (time.perf_counter() - start) * 1e3
@@ -69,12 +73,16 @@ def main() -> None:
         print()
         results.append((budget, plan, measured, ms, same))
 
-    print(f"{'budget':>10} {'budget MiB':>10} {'saved MiB':>9} {'sim peak MiB':>12} {'measured MiB':>12} "
-          f"{'recompute MFLOP':>15} {'step ms':>8}  grads == eager")
+    print(
+        f"{'budget':>10} {'budget MiB':>10} {'saved MiB':>9} {'sim peak MiB':>12} {'measured MiB':>12} "
+        f"{'recompute MFLOP':>15} {'step ms':>8}  grads == eager"
+    )
     for budget, plan, measured, ms, same in results:
         b = "-" if plan.budget_bytes is None else f"{plan.budget_bytes / MIB:.1f}"
-        print(f"{budget!r:>10} {b:>10} {plan.saved_bytes / MIB:>9.1f} {plan.peak_bytes / MIB:>12.1f} "
-              f"{measured / MIB:>12.1f} {plan.recompute_flops / 1e6:>15.0f} {ms:>8.0f}  {same}")
+        print(
+            f"{budget!r:>10} {b:>10} {plan.saved_bytes / MIB:>9.1f} {plan.peak_bytes / MIB:>12.1f} "
+            f"{measured / MIB:>12.1f} {plan.recompute_flops / 1e6:>15.0f} {ms:>8.0f}  {same}"
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ the root are sharded with FSDP2 `fully_shard` over the "dp" dimension. On CPU th
 inner compiler is aot_eager; with CUDA, NCCL and inductor. Each rank prints the plans remat made for its graphs and
 the measured peak activation memory of a step (parameter gradients left out, as the budget counts them).
 """
+
 from __future__ import annotations
 
 import argparse

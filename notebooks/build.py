@@ -67,8 +67,11 @@ def own_kernel() -> Iterator[None]:
     installed into a temporary folder put first on JUPYTER_PATH. A kernelspec found elsewhere may name a bare
     `python` from PATH, which need not be the environment remat is installed in."""
     with tempfile.TemporaryDirectory(prefix="remat-kernel-") as prefix:
-        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", prefix, "--name", KERNEL],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "ipykernel", "install", "--prefix", prefix, "--name", KERNEL],
+            check=True,
+            capture_output=True,
+        )
         old = os.environ.get("JUPYTER_PATH")
         share = os.path.join(prefix, "share", "jupyter")
         os.environ["JUPYTER_PATH"] = share if not old else os.pathsep.join([share, old])
@@ -86,8 +89,9 @@ def execute(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     raises nbclient.exceptions.CellExecutionError. Call within `own_kernel()`."""
     from nbclient import NotebookClient
 
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL, record_timing=False,
-                            resources={"metadata": {"path": str(HERE)}})
+    client = NotebookClient(
+        nb, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL, record_timing=False, resources={"metadata": {"path": str(HERE)}}
+    )
     client.execute()
     return nb
 

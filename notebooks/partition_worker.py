@@ -24,13 +24,19 @@ def rank_step(rank, world, port, queue):
     model, x = MLP(width=512, depth=4), make_mlp_batch(512, batch=64)
     eager = copy.deepcopy(model)
     eager_loss = train_step(eager, x, loss_fn=mean_square)
-    compiled = torch.compile(copy.deepcopy(model), backend="remat",
-                             options={"partition": "world", "inner": "aot_eager"})
+    compiled = torch.compile(
+        copy.deepcopy(model), backend="remat", options={"partition": "world", "inner": "aot_eager"}
+    )
     loss = train_step(compiled, x, loss_fn=mean_square)
     plan = remat.last_plan()
     same = torch.equal(loss, eager_loss) and not mismatched(gradients(compiled), gradients(eager))
-    queue.put((rank, f"rank {rank}: saves {plan.saved_bytes / MIB:.2f} MiB ({len(plan.partitioned)} values "
-                     f"partitioned), plan {plan.fingerprint()}, gradients equal to eager: {same}"))
+    queue.put(
+        (
+            rank,
+            f"rank {rank}: saves {plan.saved_bytes / MIB:.2f} MiB ({len(plan.partitioned)} values "
+            f"partitioned), plan {plan.fingerprint()}, gradients equal to eager: {same}",
+        )
+    )
     dist.destroy_process_group()
 
 

@@ -3,6 +3,7 @@
 Marking (what the user or a rule wants) is kept apart from deciding (what the solver picks): this stage only says
 which values must be saved, which must be recomputed, and which the user would rather save or recompute.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,14 +64,16 @@ class Constraints:
 def _graph_rule(value: Value, graph: Graph, must_save: dict[str, str], rng: str) -> str | None:
     """Why a forward value can never be recomputed, or None."""
     if "seeded_random" in value.tags and rng == "save":
-        return f"random op {value.op}: rng=\"save\" keeps the outputs of random ops"
+        return f'random op {value.op}: rng="save" keeps the outputs of random ops'
     if "nondeterministic_seeded" in value.tags and not _replayable(value, graph, rng):
         if rng == "save":
-            return f"random op {value.op}: rng=\"save\" keeps the outputs of random ops"
+            return f'random op {value.op}: rng="save" keeps the outputs of random ops'
         return f"random op {value.op}: recomputing it would draw new numbers"
     if "nondeterministic_seeded" in value.tags and _output_bytes(value, graph) <= rng_state_bytes(value.device):
-        return (f"random op {value.op}: its output ({_output_bytes(value, graph)} bytes) is no larger than the "
-                f"generator state replaying it would keep ({rng_state_bytes(value.device)} bytes)")
+        return (
+            f"random op {value.op}: its output ({_output_bytes(value, graph)} bytes) is no larger than the "
+            f"generator state replaying it would keep ({rng_state_bytes(value.device)} bytes)"
+        )
     if "collective" in value.tags:
         return f"collective {value.op}: re-running it would communicate again"
     if "mutable" in value.tags:
@@ -79,8 +82,10 @@ def _graph_rule(value: Value, graph: Graph, must_save: dict[str, str], rng: str)
         return f"{value.op} is not bitwise deterministic"
     mutated = [i for i in value.inputs if i in graph.mutated_inputs]
     if mutated:
-        return (f"reads input {mutated[0]}, which the step mutates in place: recomputed in backward it would read "
-                "the new value")
+        return (
+            f"reads input {mutated[0]}, which the step mutates in place: recomputed in backward it would read "
+            "the new value"
+        )
     if value.op == "getitem" and value.inputs and value.inputs[0] in must_save:
         return f"output of {value.inputs[0]}: " + must_save[value.inputs[0]]
     return None
@@ -92,8 +97,12 @@ def _replayable(value: Value, graph: Graph, rng: str) -> bool:
     drawing are one call, so backward redraws what the forward drew wherever the inner compiler places that call;
     under inductor with fallback_random the draws keep the order plain inductor gives them. Inductor's own random
     ops draw from a seeds tensor and are recomputed from it like any pure op."""
-    return (rng == "replay" and value.op.startswith("aten.") and value.device in RNG_DEVICES
-            and value.name in graph.forward_required)
+    return (
+        rng == "replay"
+        and value.op.startswith("aten.")
+        and value.device in RNG_DEVICES
+        and value.name in graph.forward_required
+    )
 
 
 def _output_bytes(value: Value, graph: Graph) -> int:
@@ -126,11 +135,14 @@ def _hooked_values(graph: Graph, hooked: frozenset[str]) -> dict[str, str]:
         if value.role is not Role.FORWARD or value.origin not in hooked or not value.is_tensor:
             continue
         read_on = value.name in outputs or any(
-            graph[u].role is Role.FORWARD and graph[u].origin != value.origin for u in value.users)
+            graph[u].role is Role.FORWARD and graph[u].origin != value.origin for u in value.users
+        )
         owner = graph[value.storage]
         if read_on and owner.role is Role.FORWARD:
-            found[owner.name] = (f"tensor hook registered on {value.origin}: a hooked value is kept as the forward "
-                                 "computed it, never recomputed")
+            found[owner.name] = (
+                f"tensor hook registered on {value.origin}: a hooked value is kept as the forward "
+                "computed it, never recomputed"
+            )
     return found
 
 
@@ -197,8 +209,10 @@ def annotate(
             elif answer is Action.OFFLOAD:
                 must_save[value.name] = must_offload[value.name] = "policy: OFFLOAD"
             elif answer is Action.PARTITION:
-                raise ValueError(f"policy returned Action.PARTITION for node {value.name} ({value.op}); "
-                                 "partitioning is chosen with the partition= option, not per node")
+                raise ValueError(
+                    f"policy returned Action.PARTITION for node {value.name} ({value.op}); "
+                    "partitioning is chosen with the partition= option, not per node"
+                )
             elif answer is not None:
                 preference[value.name] = answer
     if regions:  # checkpoint regions the model marked: fill in what no rule above decided
@@ -221,8 +235,9 @@ def annotate(
 
 
 def _ask(policy: Policy, value: Value, target: object, costs: Mapping[str, int]) -> Action | None:
-    info = NodeInfo(value.name, value.op, target, value.shape, value.dtype, value.nbytes,
-                    costs[value.name], value.module_path)
+    info = NodeInfo(
+        value.name, value.op, target, value.shape, value.dtype, value.nbytes, costs[value.name], value.module_path
+    )
     answer = policy(info)
     if answer is not None and not isinstance(answer, Action):
         raise TypeError(

@@ -5,6 +5,7 @@ splits it into the forward and backward modules that the inner compiler (inducto
 With inductor the partition function plugs into inductor's custom-partitioner hook, so inductor's joint-graph passes
 run first; on a torch without that hook remat drives aot_autograd itself with inductor's inner compiler.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,16 +64,28 @@ def _record(plan: Plan) -> None:
 class Partitioner:
     """remat's partition function: plans the joint graph and returns (forward module, backward module)."""
 
-    def __init__(self, config: RematConfig, hooked: frozenset[str] = frozenset(), step: StepLedger | None = None,
-                 followed: bool = False):
+    def __init__(
+        self,
+        config: RematConfig,
+        hooked: frozenset[str] = frozenset(),
+        step: StepLedger | None = None,
+        followed: bool = False,
+    ):
         self.config = config
         self.hooked = hooked  # dynamo-graph nodes with tensor hooks: saved, never recomputed
         self.step = step  # the graphs of the step this graph belongs to (remat/step.py); None: planned alone
         self.followed = followed  # more graphs of the step run after this one (it ends at a graph break)
         self.slot: Slot | None = None  # this graph's place in that step, once planned
 
-    def __call__(self, joint: fx.GraphModule, joint_inputs: Sequence[Any], *, num_fwd_outputs: int,
-                 static_lifetime_input_indices: Sequence[int] | None = None, **_: Any):
+    def __call__(
+        self,
+        joint: fx.GraphModule,
+        joint_inputs: Sequence[Any],
+        *,
+        num_fwd_outputs: int,
+        static_lifetime_input_indices: Sequence[int] | None = None,
+        **_: Any,
+    ):
         config = self.config
         planned = self.plan(joint, num_fwd_outputs, static_lifetime_input_indices)
         plan = planned.plan
@@ -94,8 +107,9 @@ class Partitioner:
         if planned.inner_modules is not None and planned.is_baseline and runtime.plain and not planned.resolved.moves:
             fw, bw = planned.inner_modules  # the inner compiler's own partition, exactly as plain torch.compile runs it
         else:
-            fw, bw = split(joint, planned.problem, planned.resolved, num_fwd_outputs,
-                               static_lifetime_input_indices, runtime)
+            fw, bw = split(
+                joint, planned.problem, planned.resolved, num_fwd_outputs, static_lifetime_input_indices, runtime
+            )
         _graphs.append((fw, bw))
         del _graphs[:-8]
         return fw, bw
@@ -118,8 +132,13 @@ _HookBase = _torch.custom_partitioner_base() or object
 class InductorPartitioner(_HookBase):  # type: ignore[misc, valid-type]
     """remat's partitioner in inductor's custom-partitioner hook (inductor runs its joint-graph passes first)."""
 
-    def __init__(self, config: RematConfig, hooked: frozenset[str] = frozenset(), step: StepLedger | None = None,
-                 followed: bool = False):
+    def __init__(
+        self,
+        config: RematConfig,
+        hooked: frozenset[str] = frozenset(),
+        step: StepLedger | None = None,
+        followed: bool = False,
+    ):
         self.partitioner = Partitioner(config, hooked, step, followed)
 
     def __call__(self, gm, joint_inputs, **kwargs):
@@ -138,8 +157,13 @@ class InductorPartitioner(_HookBase):  # type: ignore[misc, valid-type]
         return {"uuid": self.uuid()}
 
 
-def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: RematConfig, force_fallback: bool = False,
-                  step: StepLedger | None = None):
+def compile_graph(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    config: RematConfig,
+    force_fallback: bool = False,
+    step: StepLedger | None = None,
+):
     """Compile one dynamo graph with remat's partitioner and the configured inner compiler. `step`: the ledger of
     the graphs this backend compiled before (remat/step.py), so a byte budget bounds the step; None: planned alone."""
     hooked = hooked_nodes(gm)
@@ -147,18 +171,25 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], config: Rem
     if config.inner == "inductor":
         if _HookBase is not object and not force_fallback:
             hook = InductorPartitioner(config, hooked, step, followed)
-            return _torch.compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": hook},
-                                     inner_compile=_inner_compile)
+            return _torch.compile_fx(
+                gm, example_inputs, config_patches={"custom_partitioner_fn": hook}, inner_compile=_inner_compile
+            )
         inner_compile = _inner_compile
-        return _torch.aot_autograd(fw_compiler=inner_compile, bw_compiler=inner_compile,
-                                   partition_fn=Partitioner(config, hooked, step, followed),
-                                   decompositions=_torch.inductor_decompositions(),
-                                   keep_inference_input_mutations=True)(gm, example_inputs)
+        return _torch.aot_autograd(
+            fw_compiler=inner_compile,
+            bw_compiler=inner_compile,
+            partition_fn=Partitioner(config, hooked, step, followed),
+            decompositions=_torch.inductor_decompositions(),
+            keep_inference_input_mutations=True,
+        )(gm, example_inputs)
     # "eager" runs the planned modules op by op through fx.Interpreter (slowest, easiest to debug).
     inner = _torch.boxed_nop() if config.inner == "aot_eager" else _torch.boxed_interpreter
-    return _torch.aot_autograd(fw_compiler=inner, bw_compiler=inner,
-                               partition_fn=Partitioner(config, hooked, step, followed),
-                               keep_inference_input_mutations=True)(gm, example_inputs)
+    return _torch.aot_autograd(
+        fw_compiler=inner,
+        bw_compiler=inner,
+        partition_fn=Partitioner(config, hooked, step, followed),
+        keep_inference_input_mutations=True,
+    )(gm, example_inputs)
 
 
 def _inner_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):
@@ -167,8 +198,9 @@ def _inner_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], **kwargs: 
         return _torch.compile_fx_inner()(gm, example_inputs, **kwargs)
 
 
-def remat_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None,
-                  **kwargs: Any):
+def remat_backend(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None, **kwargs: Any
+):
     """Entry point registered as torch_dynamo_backends:remat. Without `options`, the REMAT_OPTIONS environment
     variable (a JSON object of options) is read, when set."""
     if kwargs.get("mode") is not None:

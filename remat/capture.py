@@ -4,6 +4,7 @@ The facts are plain frozen values keyed by node name: role, bytes (concrete at t
 expression), storage owner (views share their base's storage), inputs and users, schedule position. Nothing is
 written onto the fx nodes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -126,9 +127,13 @@ def hooked_nodes(gm: fx.GraphModule) -> frozenset[str]:
     """Names of the nodes of a dynamo graph that a tensor hook is registered on (`tensor.register_hook` inside the
     compiled region, traced as the register_hook higher-order op)."""
     return frozenset(
-        n.args[0].name for n in gm.graph.nodes
-        if n.op == "call_function" and isinstance(n.target, _torch.HigherOrderOperator)
-        and n.target.name() == "register_hook" and n.args and isinstance(n.args[0], fx.Node)
+        n.args[0].name
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and isinstance(n.target, _torch.HigherOrderOperator)
+        and n.target.name() == "register_hook"
+        and n.args
+        and isinstance(n.args[0], fx.Node)
     )
 
 
@@ -252,30 +257,32 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
             symbols.update(str(s) for s in expr.free_symbols)
         else:
             nbytes, expr = 0, sympy.Integer(0)
-        values.append(Value(
-            name=node.name,
-            index=index,
-            role=_role(node, tangent_dependent),
-            op=op_name(node),
-            inputs=inputs,
-            users=users,
-            nbytes=nbytes,
-            nbytes_expr=expr,
-            storage=storage[node.name],
-            is_tensor=is_tensor,
-            is_view=is_view,
-            is_multi=is_multi,
-            shape=tuple(sym_hint(s) for s in val.shape) if is_tensor else (),
-            dtype=str(val.dtype).replace("torch.", "") if is_tensor else "",
-            module_path=_module_path(node),
-            tags=(tags[node.target] if node.target in tags else tags.setdefault(node.target, _tags(node)))
-            | (_FORMULA if _torch.partitioner_tag(node) == "is_backward" else frozenset()),
-            device=_device(val),
-            origin=_torch.origin_name(node),
-            is_opaque=not is_tensor and _torch.is_opaque(val),
-            subclass_attr=_torch.subclass_component(node) if node.op == "placeholder" else "",
-            group=_group_name(node),
-        ))
+        values.append(
+            Value(
+                name=node.name,
+                index=index,
+                role=_role(node, tangent_dependent),
+                op=op_name(node),
+                inputs=inputs,
+                users=users,
+                nbytes=nbytes,
+                nbytes_expr=expr,
+                storage=storage[node.name],
+                is_tensor=is_tensor,
+                is_view=is_view,
+                is_multi=is_multi,
+                shape=tuple(sym_hint(s) for s in val.shape) if is_tensor else (),
+                dtype=str(val.dtype).replace("torch.", "") if is_tensor else "",
+                module_path=_module_path(node),
+                tags=(tags[node.target] if node.target in tags else tags.setdefault(node.target, _tags(node)))
+                | (_FORMULA if _torch.partitioner_tag(node) == "is_backward" else frozenset()),
+                device=_device(val),
+                origin=_torch.origin_name(node),
+                is_opaque=not is_tensor and _torch.is_opaque(val),
+                subclass_attr=_torch.subclass_component(node) if node.op == "placeholder" else "",
+                group=_group_name(node),
+            )
+        )
 
     out_args = [a for a in _flat_outputs(nodes[-1])]
     fw_out = tuple(a.name for a in out_args[:num_fwd_outputs] if isinstance(a, fx.Node))
@@ -309,8 +316,11 @@ def _mutated_inputs(nodes: list[fx.Node]) -> tuple[str, ...]:
                 if isinstance(arg, fx.Node) and spec.alias_info is not None and spec.alias_info.is_write:
                     written.add(arg.name)
     mutated = _torch.mutated_input_descriptors(nodes[-1])
-    return tuple(n.name for n in nodes if n.op == "placeholder"
-                 and (n.name in written or (mutated and _torch.input_descriptor(n) in mutated)))
+    return tuple(
+        n.name
+        for n in nodes
+        if n.op == "placeholder" and (n.name in written or (mutated and _torch.input_descriptor(n) in mutated))
+    )
 
 
 def _device(val: Any) -> str:

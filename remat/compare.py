@@ -2,6 +2,7 @@
 
 The joint graph is captured once; each solver then plans it under the same config, timed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,8 +63,15 @@ class SolverComparison:
     def table(self) -> str:
         head = ("solver", "recompute", "peak", "saved", "feasible", "planning", "gap to optimal")
         rows = [
-            (r.solver, fmt_flops(r.recompute_flops), fmt_bytes(r.peak_bytes), fmt_bytes(r.saved_bytes),
-             "yes" if r.feasible else "no", f"{r.seconds:.3f} s", _gap(r.gap))
+            (
+                r.solver,
+                fmt_flops(r.recompute_flops),
+                fmt_bytes(r.peak_bytes),
+                fmt_bytes(r.saved_bytes),
+                "yes" if r.feasible else "no",
+                f"{r.seconds:.3f} s",
+                _gap(r.gap),
+            )
             for r in self.rows
         ]
         lines = render_table([head, *rows])
@@ -118,16 +126,18 @@ def compare_solvers(
             for c, config in zip(joints, configs):
                 plans.append(plan_joint(c.joint, c.num_fwd_outputs, config).plan)
             seconds = time.perf_counter() - start
-        rows.append(SolverRow(
-            solver=named(solver)[0],
-            recompute_flops=sum(p.recompute_flops for p in plans),
-            peak_bytes=max(p.peak_bytes for p in plans),
-            saved_bytes=sum(p.saved_bytes for p in plans),
-            feasible=all(p.feasible for p in plans),
-            seconds=seconds,
-            gap=None,
-            plans=tuple(plans),
-        ))
+        rows.append(
+            SolverRow(
+                solver=named(solver)[0],
+                recompute_flops=sum(p.recompute_flops for p in plans),
+                peak_bytes=max(p.peak_bytes for p in plans),
+                saved_bytes=sum(p.saved_bytes for p in plans),
+                feasible=all(p.feasible for p in plans),
+                seconds=seconds,
+                gap=None,
+                plans=tuple(plans),
+            )
+        )
     best = next((r for r in rows if r.solver == "optimal"), None)
     if best is not None:
         rows = [dataclasses.replace(r, gap=_relative(r.recompute_flops, best.recompute_flops)) for r in rows]
@@ -139,8 +149,9 @@ def _bytes_budget(captured: Captured, memory_budget: Any, fields: dict) -> Any:
     config = RematConfig(memory_budget=memory_budget, **fields)
     if config.budget_kind() != "fraction":
         return config.budget_bytes() if config.budget_kind() == "bytes" else None
-    problem = plan_joint(captured.joint, captured.num_fwd_outputs,
-                         dataclasses.replace(config, memory_budget=None)).problem
+    problem = plan_joint(
+        captured.joint, captured.num_fwd_outputs, dataclasses.replace(config, memory_budget=None)
+    ).problem
     evaluator = Evaluator(problem)
     least = SOLVERS[DEFAULT](problem, 0, evaluator).peak
     return resolve_budget("fraction", config.budget_fraction(), least, evaluator.score(()).peak)

@@ -88,8 +88,10 @@ def _check_solver(value: object) -> None:
     try:
         inspect.signature(value).bind(None, None, None)
     except TypeError:
-        raise TypeError(f"solver={value!r}: a callable solver is called as solver(problem, budget, evaluator) and "
-                        f"returns the Scored plan it picks (remat/plan/solvers.py)") from None
+        raise TypeError(
+            f"solver={value!r}: a callable solver is called as solver(problem, budget, evaluator) and "
+            f"returns the Scored plan it picks (remat/plan/solvers.py)"
+        ) from None
     except ValueError:
         pass  # no signature to inspect (some builtins): it is checked when called
 
@@ -180,7 +182,7 @@ class RematConfig:
         _check_choice("inner", self.inner, _INNERS)
         if not isinstance(self.offload, bool) and self.offload != "auto":
             kind = ValueError if isinstance(self.offload, str) else TypeError
-            raise kind(f"offload={self.offload!r}: expected True, False or \"auto\"")
+            raise kind(f'offload={self.offload!r}: expected True, False or "auto"')
         parse_bandwidth(self.host_bandwidth)
         self._check_partition()
         _check_bool("contiguous", self.contiguous)
@@ -195,7 +197,7 @@ class RematConfig:
         if isinstance(ops, (str, OpOverload, OpOverloadPacket)):
             raise TypeError(f'save_ops={ops!r}: expected a list of ops, e.g. save_ops=["{ops}"]')
         if not isinstance(ops, (list, tuple)):
-            raise TypeError(f"save_ops={ops!r}: expected a list or tuple, e.g. save_ops=[\"aten.mm\"]")
+            raise TypeError(f'save_ops={ops!r}: expected a list or tuple, e.g. save_ops=["aten.mm"]')
         for entry in ops:
             resolve_op(entry)
         object.__setattr__(self, "save_ops", tuple(ops))

@@ -5,6 +5,7 @@ copies) are charged for the bytes they read and write, converted to flops at FLO
 to memory bandwidth of a typical accelerator-less training box, so that a 1 MiB pointwise op costs about as much as a
 10 MFLOP matmul. Views and getitems cost nothing: they only re-label memory.
 """
+
 from __future__ import annotations
 
 import types

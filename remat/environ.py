@@ -4,6 +4,7 @@ Frameworks that take a backend name but no options (`torch.compile(model, backen
 training framework, a backend chosen from a config file) reach remat with `options=None`; REMAT_OPTIONS gives them
 the same options as JSON. Options given in code always win: the variable is read only when there are none.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,10 @@ def config_from_environment(environ: Mapping[str, str] | None = None) -> RematCo
     try:
         options = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno}); set it to a JSON object of "
-                         f"remat options, e.g. {_EXAMPLE}") from None
+        raise ValueError(
+            f"{where}: not valid JSON ({exc.msg}, column {exc.colno}); set it to a JSON object of "
+            f"remat options, e.g. {_EXAMPLE}"
+        ) from None
     if not isinstance(options, dict):
         raise ValueError(f"{where}: expected a JSON object of remat options (name: value), e.g. {_EXAMPLE}")
     try:

@@ -1,4 +1,5 @@
 """Plan without training: `remat.explain(model, *inputs, **fields) -> Plan`."""
+
 from __future__ import annotations
 
 import copy
@@ -23,8 +24,9 @@ class Captured:
     followed: bool = False  # dynamo cut the graph short: more graphs of the step follow it (remat/step.py)
 
 
-def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None = None,
-                   inner: str = "aot_eager") -> list[Captured]:
+def capture_joints(
+    model: Callable[..., Any], *inputs: Any, dynamic: bool | None = None, inner: str = "aot_eager"
+) -> list[Captured]:
     """Trace `model(*inputs)` with dynamo + aot_autograd and return each joint graph, without running a backward
     pass. The model is deep-copied, the RNG state restored and the compile forgotten afterwards (`remat.scoped`), so
     nothing the caller sees changes: functions it compiled before neither recompile nor lose their code. `dynamic` is
@@ -39,8 +41,11 @@ def capture_joints(model: Callable[..., Any], *inputs: Any, dynamic: bool | None
     def keep(joint, joint_inputs, *, num_fwd_outputs, static_lifetime_input_indices=None, **_kw):
         static = tuple(static_lifetime_input_indices) if static_lifetime_input_indices is not None else None
         # a copy of the graph: the partition below may rewrite the one it is given
-        joints.append(Captured(fx.GraphModule(joint, copy.deepcopy(joint.graph)), num_fwd_outputs, hooked[-1], static,
-                               followed[-1]))
+        joints.append(
+            Captured(
+                fx.GraphModule(joint, copy.deepcopy(joint.graph)), num_fwd_outputs, hooked[-1], static, followed[-1]
+            )
+        )
         return _torch.default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs)
 
     compile_graph = _inductor_capture(keep) if inner == "inductor" else _aot_capture(keep)
@@ -68,13 +73,24 @@ def explain_all(model: Callable[..., Any], *inputs: Any, **fields: Any) -> list[
     config = RematConfig.from_options(fields)
     captured = capture_joints(model, *inputs, inner=config.inner)
     if config.budget_kind() != "bytes":
-        return [plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked, c.static_lifetime_input_indices)
-                for c in captured]
+        return [
+            plan_joint(c.joint, c.num_fwd_outputs, config, c.hooked, c.static_lifetime_input_indices) for c in captured
+        ]
     step = StepLedger()
     # the captured graphs in step order, as one compile's graphs (each slot taken once the one before is recorded)
-    return [plan_in_step(step, step.slot((0, 0)), c.joint, c.num_fwd_outputs, config, c.hooked,
-                         c.static_lifetime_input_indices, c.followed)
-            for c in captured]
+    return [
+        plan_in_step(
+            step,
+            step.slot((0, 0)),
+            c.joint,
+            c.num_fwd_outputs,
+            config,
+            c.hooked,
+            c.static_lifetime_input_indices,
+            c.followed,
+        )
+        for c in captured
+    ]
 
 
 def explain(model: Callable[..., Any], *inputs: Any, **fields: Any):
@@ -85,8 +101,13 @@ def explain(model: Callable[..., Any], *inputs: Any, **fields: Any):
 
 def _aot_capture(keep: Callable[..., Any], decompositions=None) -> Callable[..., Any]:
     """aot_autograd with the backend's settings, `keep` as the partition function and no code generation."""
-    return _torch.aot_autograd(fw_compiler=_torch.boxed_nop(), bw_compiler=_torch.boxed_nop(), partition_fn=keep,
-                               decompositions=decompositions, keep_inference_input_mutations=True)
+    return _torch.aot_autograd(
+        fw_compiler=_torch.boxed_nop(),
+        bw_compiler=_torch.boxed_nop(),
+        partition_fn=keep,
+        decompositions=decompositions,
+        keep_inference_input_mutations=True,
+    )
 
 
 def _inductor_capture(keep: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,8 +120,9 @@ def _inductor_capture(keep: Callable[..., Any]) -> Callable[..., Any]:
         return _torch.boxed_nop()(gm, example_inputs)
 
     def compile_graph(gm, example_inputs):
-        return _torch.compile_fx(gm, example_inputs, inner_compile=no_codegen,
-                                 config_patches={"custom_partitioner_fn": _Recorder(keep)})
+        return _torch.compile_fx(
+            gm, example_inputs, inner_compile=no_codegen, config_patches={"custom_partitioner_fn": _Recorder(keep)}
+        )
 
     return compile_graph
 

@@ -1,5 +1,6 @@
 """What remat decided, told without code: each compiled plan's one-line summary on the `remat` logger (INFO), and
 the full plan as a `remat_plan` artifact in torch's structured trace (`TORCH_TRACE=<dir>`, read with tlparse)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,11 @@ def plan_payload(plan: Plan, compile_id: str = "") -> dict:
         "least_peak_bytes": _int_or_none(plan.least_peak_bytes),
         "feasible": plan.feasible,
         "solver": plan.solver,
-        "baseline": {"kind": plan.baseline.kind, "saved_bytes": int(plan.baseline.saved_bytes),
-                     "peak_bytes": int(plan.baseline.peak_bytes)},
+        "baseline": {
+            "kind": plan.baseline.kind,
+            "saved_bytes": int(plan.baseline.saved_bytes),
+            "peak_bytes": int(plan.baseline.peak_bytes),
+        },
         "notes": list(plan.notes),
         # a byte budget for the step split over its graphs (remat/step.py); None when planned alone
         "step_share": dataclasses.asdict(plan.step_share) if plan.step_share is not None else None,

@@ -11,6 +11,7 @@ torch's defaults, measured in the same call. `torch_budget_points` measures torc
 same kind of reference, so remat's and torch's points share measured axes (peak MiB, step-time ratio); simulated
 flops are never drawn against measured times.
 """
+
 from __future__ import annotations
 
 import copy
@@ -76,18 +77,28 @@ class ParetoResult:
             head += ["measured MiB", "step ms", "step ratio"]
         lines = [head]
         for r in self.rows:
-            cells = [r.solver, "None" if r.budget is None else str(r.budget), _mib(r.budget_bytes),
-                     _mib(r.peak_bytes), _mib(r.saved_bytes), f"{r.recompute_flops / 1e6:.1f}",
-                     "yes" if r.feasible else "no"]
+            cells = [
+                r.solver,
+                "None" if r.budget is None else str(r.budget),
+                _mib(r.budget_bytes),
+                _mib(r.peak_bytes),
+                _mib(r.saved_bytes),
+                f"{r.recompute_flops / 1e6:.1f}",
+                "yes" if r.feasible else "no",
+            ]
             if self.measured:
                 cells += [_mib(r.measured_peak_bytes), f"{r.step_ms:.2f}", f"{r.step_ratio:.2f}"]
             lines.append(cells)
         out = render_table(lines)
-        out.append(f"baseline: peak {_mib(self.baseline_peak_bytes)} MiB, saved {_mib(self.baseline_saved_bytes)} MiB "
-                   "(simulated)")
+        out.append(
+            f"baseline: peak {_mib(self.baseline_peak_bytes)} MiB, saved {_mib(self.baseline_saved_bytes)} MiB "
+            "(simulated)"
+        )
         if self.measured:
-            out.append(f"reference torch.compile(backend={self.inner!r}): measured peak "
-                       f"{_mib(self.reference_peak_bytes)} MiB, step {self.reference_step_ms:.2f} ms")
+            out.append(
+                f"reference torch.compile(backend={self.inner!r}): measured peak "
+                f"{_mib(self.reference_peak_bytes)} MiB, step {self.reference_step_ms:.2f} ms"
+            )
         return "\n".join(out)
 
     def plot(self, ax=None, torch_points=None, *, measured: bool | None = None):
@@ -143,12 +154,24 @@ def pareto(
     target = copy.deepcopy(model) if isinstance(model, nn.Module) else model
     captured = capture_joints(_bind(target, loss_fn), *inputs, inner=inner)
     if len(captured) != 1:
-        raise ValueError(f"pareto: the model compiled to {len(captured)} graphs (graph breaks); a sweep compares "
-                         "peaks of one graph — find the breaks with torch._dynamo.explain and remove them")
+        raise ValueError(
+            f"pareto: the model compiled to {len(captured)} graphs (graph breaks); a sweep compares "
+            "peaks of one graph — find the breaks with torch._dynamo.explain and remove them"
+        )
     (joint,) = captured
     plans = [plan_joint(joint.joint, joint.num_fwd_outputs, c).plan for c in configs]
-    rows = [ParetoRow(named(c.solver)[0], c.memory_budget, p.budget_bytes, p.peak_bytes, p.saved_bytes,
-                      p.recompute_flops, p.feasible) for c, p in zip(configs, plans)]
+    rows = [
+        ParetoRow(
+            named(c.solver)[0],
+            c.memory_budget,
+            p.budget_bytes,
+            p.peak_bytes,
+            p.saved_bytes,
+            p.recompute_flops,
+            p.feasible,
+        )
+        for c, p in zip(configs, plans)
+    ]
     result = ParetoResult(tuple(rows), plans[0].baseline.peak_bytes, plans[0].baseline.saved_bytes, inner)
     if not measure:
         return result
@@ -185,8 +208,9 @@ def torch_budget_points(
     points = []
     with torch.random.fork_rng(devices=[]):
         if reference_step_ms is None:
-            _, reference_step_ms = _measure(lambda fn: torch.compile(fn, backend=backend), model, inputs, loss_fn,
-                                            repeat)
+            _, reference_step_ms = _measure(
+                lambda fn: torch.compile(fn, backend=backend), model, inputs, loss_fn, repeat
+            )
         for b in budgets:
             with _torch.activation_memory_budget(b):
                 peak, ms = _measure(lambda fn: torch.compile(fn, backend=backend), model, inputs, loss_fn, repeat)
@@ -208,8 +232,13 @@ def _bind(model: Callable[..., Any], loss_fn: Callable[..., torch.Tensor] | None
     return step
 
 
-def _measure(build: Callable[[Callable[..., Any]], Callable[..., Any]], model: Callable[..., Any],
-             inputs: Sequence[Any], loss_fn: Callable[..., torch.Tensor] | None, repeat: int) -> tuple[int, float]:
+def _measure(
+    build: Callable[[Callable[..., Any]], Callable[..., Any]],
+    model: Callable[..., Any],
+    inputs: Sequence[Any],
+    loss_fn: Callable[..., torch.Tensor] | None,
+    repeat: int,
+) -> tuple[int, float]:
     """(measured peak bytes, median step ms) of a training step of `build(model bound to loss_fn)`, on a fresh copy
     of the model and of the inputs that require grad. The compile is fresh and forgotten afterwards (`remat.scoped`):
     functions compiled elsewhere in the process keep their code."""
@@ -217,20 +246,30 @@ def _measure(build: Callable[[Callable[..., Any]], Callable[..., Any]], model: C
         return _measure_step(build, model, inputs, loss_fn, repeat)
 
 
-def _measure_step(build: Callable[[Callable[..., Any]], Callable[..., Any]], model: Callable[..., Any],
-                  inputs: Sequence[Any], loss_fn: Callable[..., torch.Tensor] | None, repeat: int) -> tuple[int, float]:
+def _measure_step(
+    build: Callable[[Callable[..., Any]], Callable[..., Any]],
+    model: Callable[..., Any],
+    inputs: Sequence[Any],
+    loss_fn: Callable[..., torch.Tensor] | None,
+    repeat: int,
+) -> tuple[int, float]:
     target = copy.deepcopy(model) if isinstance(model, nn.Module) else model
-    args = [x.detach().clone().requires_grad_() if isinstance(x, torch.Tensor) and x.requires_grad else x
-            for x in inputs]
-    leaves = [*(target.parameters() if isinstance(target, nn.Module) else ()),
-              *(x for x in args if isinstance(x, torch.Tensor) and x.requires_grad)]
+    args = [
+        x.detach().clone().requires_grad_() if isinstance(x, torch.Tensor) and x.requires_grad else x for x in inputs
+    ]
+    leaves = [
+        *(target.parameters() if isinstance(target, nn.Module) else ()),
+        *(x for x in args if isinstance(x, torch.Tensor) and x.requires_grad),
+    ]
     compiled = build(scoped.own_code(_bind(target, loss_fn)))
 
     def step() -> None:
         out = compiled(*args)
         if not isinstance(out, torch.Tensor):
-            raise TypeError("measure: the model (or loss_fn) must return one tensor to run a training step; got "
-                            f"{type(out).__name__}")
+            raise TypeError(
+                "measure: the model (or loss_fn) must return one tensor to run a training step; got "
+                f"{type(out).__name__}"
+            )
         out.backward(None if out.dim() == 0 else torch.ones_like(out))
 
     def clear() -> None:

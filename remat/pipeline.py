@@ -1,4 +1,5 @@
 """capture → cost → annotate → plan for one joint graph: the part of the pipeline shared by the backend and explain."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,11 @@ class Planned:
 
     @property
     def is_baseline(self) -> bool:
-        return self.resolved == self.problem.resolve_saved(self.problem.baseline.saved) \
-            if self.problem.baseline.saved is not None else False
+        return (
+            self.resolved == self.problem.resolve_saved(self.problem.baseline.saved)
+            if self.problem.baseline.saved is not None
+            else False
+        )
 
 
 def shard_group(config: RematConfig):
@@ -43,7 +47,8 @@ def shard_group(config: RematConfig):
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(
             f"partition={config.partition!r}: torch.distributed is not initialized in this process; call "
-            "torch.distributed.init_process_group(...) before compiling, or leave partition=None")
+            "torch.distributed.init_process_group(...) before compiling, or leave partition=None"
+        )
     return dist.group.WORLD if isinstance(config.partition, str) else config.partition
 
 
@@ -54,33 +59,62 @@ def transfer_of(config: RematConfig) -> Transfer:
         import torch.distributed as dist
 
         world, rank = dist.get_world_size(group), dist.get_rank(group)
-    return Transfer(offload=config.offload, host_bandwidth=config.host_bandwidth_bytes(), world=max(world, 1),
-                    rank=rank, group=group.group_name if group is not None else "")
+    return Transfer(
+        offload=config.offload,
+        host_bandwidth=config.host_bandwidth_bytes(),
+        world=max(world, 1),
+        rank=rank,
+        group=group.group_name if group is not None else "",
+    )
 
 
-def plan_joint(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
-               hooked: frozenset[str] = frozenset(), static_lifetime_input_indices=None,
-               frugal: bool = False) -> Planned:
+def plan_joint(
+    joint: fx.GraphModule,
+    num_fwd_outputs: int,
+    config: RematConfig,
+    hooked: frozenset[str] = frozenset(),
+    static_lifetime_input_indices=None,
+    frugal: bool = False,
+) -> Planned:
     """Plan one joint graph; `hooked` names the dynamo-graph nodes that carry tensor hooks (capture.hooked_nodes);
     `frugal`: a graph that later graphs of its step follow leaves room for them (solve.make_plan)."""
     spec, modules = baseline_of(joint, num_fwd_outputs, config, static_lifetime_input_indices)
     graph = capture(joint, num_fwd_outputs, traced_backward=spec.saved is None)
     table = costs(joint, graph)
     # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.
-    constraints = annotate(joint, graph, table, config.save_op_targets(), config.policy, config.rng,
-                           regions=config.memory_budget is None, hooked=hooked)
+    constraints = annotate(
+        joint,
+        graph,
+        table,
+        config.save_op_targets(),
+        config.policy,
+        config.rng,
+        regions=config.memory_budget is None,
+        hooked=hooked,
+    )
     if spec.saved is None and config.memory_budget is not None and region_count(joint):
-        spec = BaselineSpec("default partition + checkpoint regions",
-                            chosen=frozenset(checkpoint_regions(joint, graph).must_recompute))
+        spec = BaselineSpec(
+            "default partition + checkpoint regions", chosen=frozenset(checkpoint_regions(joint, graph).must_recompute)
+        )
     fuses = config.inner == "inductor"
-    problem = build_problem(graph, table, constraints, transfer_of(config), fuses=fuses, baseline=spec,
-                            hoists=fuses and (config.memory_budget is None or not _torch.fusion_barrier_supported()))
+    problem = build_problem(
+        graph,
+        table,
+        constraints,
+        transfer_of(config),
+        fuses=fuses,
+        baseline=spec,
+        hoists=fuses and (config.memory_budget is None or not _torch.fusion_barrier_supported()),
+    )
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     evaluator = Evaluator(problem, config.solver_time_limit, frugal)
     plan = make_plan(problem, config.budget_kind(), budget, config.solver, config.strict, evaluator)
     if config.memory_budget is not None and (count := region_count(joint)):
-        plan = dataclasses.replace(plan, notes=plan.notes + (
-            f"{count} checkpoint region(s) marked in the model were not imposed: memory_budget decides",))
+        plan = dataclasses.replace(
+            plan,
+            notes=plan.notes
+            + (f"{count} checkpoint region(s) marked in the model were not imposed: memory_budget decides",),
+        )
     resolved = plan.resolved  # the sets the simulator scored are the sets the rewrite builds
     assert resolved is not None  # make_plan's plans carry them
     if config.debug:

@@ -8,6 +8,7 @@ with `IPython.display.display(fig)`.
 Units: bytes are drawn in MiB (bytes / 2**20, exact for any byte count below 2**53), flops in MFLOP (flops / 1e6,
 as in `Plan.table`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -70,24 +71,37 @@ def plot_timeline(plan: Plan, ax: Axes | None = None, *, baseline: Timeline | No
     timeline = plan.timeline
     base = baseline if baseline is not None else plan.baseline_timeline
     if base is None:
-        raise ValueError("plot_timeline: this Plan carries no baseline timeline; pass baseline=<Timeline> "
-                         "(remat.plan.simulate.simulate(problem, problem.resolve(())))")
+        raise ValueError(
+            "plot_timeline: this Plan carries no baseline timeline; pass baseline=<Timeline> "
+            "(remat.plan.simulate.simulate(problem, problem.resolve(())))"
+        )
     fig, ax = _axes(ax, (9.0, 4.0))
     steps = np.arange(len(timeline.live))
-    ax.plot(_aligned(timeline, base), [mib(b) for b in base.live], drawstyle="steps-mid", color="tab:gray",
-            linewidth=1.0, alpha=0.8, label="baseline")
-    ax.plot(steps, [mib(b) for b in timeline.live], drawstyle="steps-mid", color="tab:blue", linewidth=1.5,
-            label="plan")
+    ax.plot(
+        _aligned(timeline, base),
+        [mib(b) for b in base.live],
+        drawstyle="steps-mid",
+        color="tab:gray",
+        linewidth=1.0,
+        alpha=0.8,
+        label="baseline",
+    )
+    ax.plot(
+        steps, [mib(b) for b in timeline.live], drawstyle="steps-mid", color="tab:blue", linewidth=1.5, label="plan"
+    )
     if plan.budget_bytes is not None:
         ax.axhline(mib(plan.budget_bytes), color="tab:red", linestyle="--", linewidth=1.0, label="budget")
     for kind, (color, label) in SHADED.items():
         for i, (start, stop) in enumerate(_runs(timeline.kinds, kind)):
-            ax.axvspan(start - 0.5, stop - 0.5, color=color, alpha=0.25, linewidth=0,
-                       label=label if i == 0 else "_nolegend_")
+            ax.axvspan(
+                start - 0.5, stop - 0.5, color=color, alpha=0.25, linewidth=0, label=label if i == 0 else "_nolegend_"
+            )
     ax.axvline(timeline.num_forward - 0.5, color="black", linestyle=":", linewidth=1.0, label="backward starts")
     budget = "no budget" if plan.budget_bytes is None else f"budget {mib(plan.budget_bytes):.2f} MiB"
-    ax.set_title(f"{plan.solver}: peak {mib(plan.peak_bytes):.2f} MiB "
-                 f"(baseline {mib(plan.baseline.peak_bytes):.2f} MiB, {budget})")
+    ax.set_title(
+        f"{plan.solver}: peak {mib(plan.peak_bytes):.2f} MiB "
+        f"(baseline {mib(plan.baseline.peak_bytes):.2f} MiB, {budget})"
+    )
     ax.set_xlabel("step (forward, then backward with recomputation)")
     ax.set_ylabel("live activation memory (MiB)")
     ax.set_ylim(bottom=0)
@@ -123,9 +137,13 @@ def _runs(kinds: Sequence[str], kind: str) -> list[tuple[int, int]]:
     return runs
 
 
-def plot_pareto(result: ParetoResult, ax: Axes | None = None,
-                torch_points: Sequence[tuple[str, int, float]] | None = None, *,
-                measured: bool | None = None) -> Figure:
+def plot_pareto(
+    result: ParetoResult,
+    ax: Axes | None = None,
+    torch_points: Sequence[tuple[str, int, float]] | None = None,
+    *,
+    measured: bool | None = None,
+) -> Figure:
     """Peak memory against overhead for every (solver, budget) row of a `remat.pareto` sweep: one line per solver
     (label = the solver name), points in the order of the sweep's budgets, each annotated with its budget.
 
@@ -139,11 +157,15 @@ def plot_pareto(result: ParetoResult, ax: Axes | None = None,
     """
     measured = bool(torch_points) if measured is None else measured
     if torch_points and not measured:
-        raise ValueError("plot_pareto: torch_points are measured (peak, step-time ratio); they cannot share axes "
-                         "with simulated peaks and flops — leave measured=None or pass measured=True")
+        raise ValueError(
+            "plot_pareto: torch_points are measured (peak, step-time ratio); they cannot share axes "
+            "with simulated peaks and flops — leave measured=None or pass measured=True"
+        )
     if measured and not result.measured:
-        raise ValueError("plot_pareto: measured axes need measured rows; run remat.pareto(..., measure=True) "
-                         "(torch's points are measured, so remat's must be measured the same way to share the axes)")
+        raise ValueError(
+            "plot_pareto: measured axes need measured rows; run remat.pareto(..., measure=True) "
+            "(torch's points are measured, so remat's must be measured the same way to share the axes)"
+        )
     fig, ax = _axes(ax, (6.5, 4.5))
     for solver in dict.fromkeys(r.solver for r in result.rows):
         rows = [r for r in result.rows if r.solver == solver]

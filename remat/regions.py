@@ -7,6 +7,7 @@ recomputed, outputs of selective save ops are saved, and a region's outputs read
 region's caller holds them; recomputing them would re-run the whole region early). With a memory budget the budget
 decides and the regions are ignored (the Plan's notes say so).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,8 +56,11 @@ def checkpoint_regions(joint: fx.GraphModule, graph: Graph) -> Regions:
         if value.role is not Role.FORWARD or value.name not in marks:
             continue
         number, policy = marks[value.name]
-        outside = [u for u in value.users if graph[u].role in (Role.FORWARD, Role.OUTPUT)
-                   and marks.get(u, (None,))[0] != number]
+        outside = [
+            u
+            for u in value.users
+            if graph[u].role in (Role.FORWARD, Role.OUTPUT) and marks.get(u, (None,))[0] != number
+        ]
         if not outside:
             if policy in _SAVE_POLICIES:
                 must_save[value.name] = f"checkpoint region {number}: save ({value.op} is a save op)"
@@ -70,5 +74,8 @@ def checkpoint_regions(joint: fx.GraphModule, graph: Graph) -> Regions:
             must_save[owner.name] = f"checkpoint region {number}: output, read {where}"
     for name in must_save:
         must_recompute.pop(name, None)
-    return Regions(types.MappingProxyType(must_save), types.MappingProxyType(must_recompute),
-                   len({number for number, _ in marks.values()}))
+    return Regions(
+        types.MappingProxyType(must_save),
+        types.MappingProxyType(must_recompute),
+        len({number for number, _ in marks.values()}),
+    )

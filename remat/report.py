@@ -3,6 +3,7 @@
 Pure formatting of a Plan's decisions; every total printed here is summed from the rows printed, so a reader can
 check the table against itself. The units and the table layout come from remat.units, which planning uses too.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,8 +42,11 @@ def totals(decisions: Iterable[Decision]) -> Totals:
         recompute_flops=sum(d.cost for d in recomputed),
         saved=len(saved),
         recomputed_ops=sum(1 for d in recomputed if d.cost > 0),
-        moved=tuple((move.participle, count) for action, move in moves.items()
-                    if (count := sum(1 for d in moved if d.action is action))),
+        moved=tuple(
+            (move.participle, count)
+            for action, move in moves.items()
+            if (count := sum(1 for d in moved if d.action is action))
+        ),
         transfer_bytes=sum(d.nbytes - d.kept for d in moved),
     )
 
@@ -71,8 +75,17 @@ def table(plan: Plan, max_rows: int | None = None) -> str:
     module column is the path of the module whose forward made the value ("(top level)" outside any submodule)."""
     head = ("node", "op", "module", "shape", "dtype", "bytes", "recompute cost", "action", "reason")
     rows = [
-        (d.name, d.op, d.module_path or TOP_LEVEL, "x".join(map(str, d.shape)), d.dtype, fmt_bytes(d.nbytes),
-         fmt_flops(d.cost), d.action.value, d.reason)
+        (
+            d.name,
+            d.op,
+            d.module_path or TOP_LEVEL,
+            "x".join(map(str, d.shape)),
+            d.dtype,
+            fmt_bytes(d.nbytes),
+            fmt_flops(d.cost),
+            d.action.value,
+            d.reason,
+        )
         for d in plan.decisions
     ]
     hidden = 0
@@ -138,7 +151,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def recompute_phrase(decisions: Iterable[Decision]) -> str:
-    """"12 pointwise ops and 1 mm": the RECOMPUTE rows that cost flops, pointwise ops counted together."""
+    """ "12 pointwise ops and 1 mm": the RECOMPUTE rows that cost flops, pointwise ops counted together."""
     ops = [d.op for d in decisions if d.action is Action.RECOMPUTE and d.cost > 0]
     pointwise = sum(1 for op in ops if is_pointwise(op))
     parts = [_plural(pointwise, "pointwise op")] if pointwise else []
@@ -155,8 +168,10 @@ def summary(plan: Plan) -> str:
         recomputes = recompute_phrase(plan.decisions)
         if recomputes != "nothing":
             recomputes += f" ({fmt_flops(t.recompute_flops)}{_overhead(t.recompute_flops, plan.forward_flops)})"
-        return (f"no memory_budget: the {plan.baseline.kind}: {saves}; recomputes {recomputes}; "
-                f"peak {fmt_bytes(plan.peak_bytes)}")
+        return (
+            f"no memory_budget: the {plan.baseline.kind}: {saves}; recomputes {recomputes}; "
+            f"peak {fmt_bytes(plan.peak_bytes)}"
+        )
     text = (
         f"{saves}; recomputes {recompute_phrase(plan.decisions)} "
         f"({fmt_flops(t.recompute_flops)}{_overhead(t.recompute_flops, plan.forward_flops)}); "
@@ -203,8 +218,7 @@ def module_table(plan: Plan, depth: int | None = None) -> str:
     lines = []
     for path, group in by_module(plan.decisions, depth).items():
         listed = [(Action.RECOMPUTE, [d for d in group if d.action is Action.RECOMPUTE and d.cost > 0])]
-        listed += [(a, [d for d in group if d.action is a and d.nbytes > 0])
-                   for a in KEPT]
+        listed += [(a, [d for d in group if d.action is a and d.nbytes > 0]) for a in KEPT]
         parts = [f"{action.value} {_ops(ds)}" for action, ds in listed if ds]
         if parts:
             lines.append(f"{path or TOP_LEVEL}: " + "; ".join(parts))

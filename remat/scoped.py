@@ -7,6 +7,7 @@ compile goes through `own_code(fn)`, a function with a code object made for the 
 die with it; and `session()` forgets, when it ends, whatever else the compiles inside it left (entries a graph break
 puts on the model's own code objects, the backends dynamo caches). Nothing compiled before changes.
 """
+
 from __future__ import annotations
 
 import contextlib

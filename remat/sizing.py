@@ -11,6 +11,7 @@ the hint. Where the budget does not bind at the hint, that is the plan that reco
 planner run at a larger batch would recompute more and might fit more. Pass `hint=` a batch near the one you mean
 to train with to plan at a realistic size.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,11 +56,16 @@ class BatchFit:
 def default_loss(output: Any) -> torch.Tensor:
     """The sum of every floating-point tensor in `output` (nested tuples, lists, dicts) that requires grad: a
     scalar whose backward seeds each output with ones. No dtype conversion, so it allocates nothing output-sized."""
-    leaves = [t for t in _torch.tree_leaves(output)
-              if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    leaves = [
+        t
+        for t in _torch.tree_leaves(output)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad
+    ]
     if not leaves:
-        raise ValueError("max_batch: the model's output has no floating-point tensor that requires grad; "
-                         "pass loss_fn=... to turn the output into a scalar loss")
+        raise ValueError(
+            "max_batch: the model's output has no floating-point tensor that requires grad; "
+            "pass loss_fn=... to turn the output into a scalar loss"
+        )
     total = leaves[0].sum()
     for t in leaves[1:]:
         total = total + t.sum()
@@ -111,26 +117,41 @@ def max_batch(
         _torch.mark_dynamic(inputs[i], dim)
     joints = capture_joints(model, *inputs, inner=inner)
     if len(joints) != 1:
-        raise ValueError(f"max_batch: the model compiled to {len(joints)} graphs (graph breaks); the peak of a step "
-                         "split into several graphs is not one expression — make the model compile to one graph "
-                         "(torch._dynamo.explain(model)(*inputs) lists the breaks)")
+        raise ValueError(
+            f"max_batch: the model compiled to {len(joints)} graphs (graph breaks); the peak of a step "
+            "split into several graphs is not one expression — make the model compile to one graph "
+            "(torch._dynamo.explain(model)(*inputs) lists the breaks)"
+        )
     planned = plan_joint(joints[0].joint, joints[0].num_fwd_outputs, config)
     peak_expr, _ = symbolic_memory(planned.problem, planned.resolved)
     expr, symbol = _in_one_symbol(peak_expr, planned.problem.graph.symbols)
     peak_at = _evaluator(expr, symbol)
 
     if peak_at(start) > budget:
-        raise ValueError(f"memory_budget={memory_budget!r}: even batch {start} does not fit; this plan's peak is "
-                         f"{peak_at(start)} bytes there ({expr} bytes at batch {symbol}); raise the budget or "
-                         f"lower start=")
+        raise ValueError(
+            f"memory_budget={memory_budget!r}: even batch {start} does not fit; this plan's peak is "
+            f"{peak_at(start)} bytes there ({expr} bytes at batch {symbol}); raise the budget or "
+            f"lower start="
+        )
     batch = _search(peak_at, budget, start, limit)
 
     measured_peak = measured_next = None
     if measure:
-        measured_peak, measured_next = _measured_peaks(model, make_inputs, config, dims, hint, (batch, batch + 1),
-                                                       loss_fn, planned.plan)
-    return BatchFit(batch, peak_at(batch), peak_at(batch + 1), measured_peak, measured_next, expr, symbol, budget,
-                    hint, planned.plan)
+        measured_peak, measured_next = _measured_peaks(
+            model, make_inputs, config, dims, hint, (batch, batch + 1), loss_fn, planned.plan
+        )
+    return BatchFit(
+        batch,
+        peak_at(batch),
+        peak_at(batch + 1),
+        measured_peak,
+        measured_next,
+        expr,
+        symbol,
+        budget,
+        hint,
+        planned.plan,
+    )
 
 
 def _budget_bytes(memory_budget: Any) -> int:
@@ -138,8 +159,10 @@ def _budget_bytes(memory_budget: Any) -> int:
     if memory_budget is None:
         raise ValueError(f"memory_budget=None: {forms}")
     if isinstance(memory_budget, numbers.Real) and not isinstance(memory_budget, (bool, numbers.Integral)):
-        raise ValueError(f"memory_budget={memory_budget!r}: {forms}; a fraction is relative to the least and the "
-                         f"baseline peak at one batch size, which max_batch varies")
+        raise ValueError(
+            f"memory_budget={memory_budget!r}: {forms}; a fraction is relative to the least and the "
+            f"baseline peak at one batch size, which max_batch varies"
+        )
     return parse_bytes(memory_budget)
 
 
@@ -165,8 +188,10 @@ def _batch_inputs(make_inputs: Callable[[int], Any], hint: int, batch_dim: int) 
             if a.shape[dim] == hint and b.dim() == a.dim() and b.shape[dim] == hint + 1:
                 dims.append((i, dim))
     if not dims:
-        raise ValueError(f"max_batch: no input of make_inputs({hint}) has dimension {batch_dim} equal to the batch "
-                         f"size (and {hint + 1} for make_inputs({hint + 1})); set batch_dim= to the batch dimension")
+        raise ValueError(
+            f"max_batch: no input of make_inputs({hint}) has dimension {batch_dim} equal to the batch "
+            f"size (and {hint + 1} for make_inputs({hint + 1})); set batch_dim= to the batch dimension"
+        )
     return inputs, dims
 
 
@@ -214,8 +239,9 @@ def _search(peak_at: Callable[[int], int], budget: int, start: int, limit: int) 
     return fits
 
 
-def _measured_peaks(model, make_inputs, config: RematConfig, dims, hint: int, batches: Sequence[int], loss_fn,
-                    plan: Plan) -> list[int]:
+def _measured_peaks(
+    model, make_inputs, config: RematConfig, dims, hint: int, batches: Sequence[int], loss_fn, plan: Plan
+) -> list[int]:
     """Peak of one training step at each batch, run through remat with the plan made at `hint`: the step is compiled
     at `hint` with the same dynamic dimensions, so the larger batches reuse that graph and its decisions."""
     from . import backend
@@ -236,8 +262,9 @@ def _measured_peaks(model, make_inputs, config: RematConfig, dims, hint: int, ba
         with torch.random.fork_rng(devices=cuda), scoped.session():
             # Through a code object of its own, forgotten afterwards (remat.scoped): the caller's compiled
             # functions keep their code.
-            compiled = torch.compile(scoped.own_code(model),
-                                     backend=lambda gm, example: backend.compile_graph(gm, example, config))
+            compiled = torch.compile(
+                scoped.own_code(model), backend=lambda gm, example: backend.compile_graph(gm, example, config)
+            )
             args = _as_args(make_inputs(hint))
             for i, dim in dims:
                 _torch.mark_dynamic(args[i], dim)
@@ -245,8 +272,11 @@ def _measured_peaks(model, make_inputs, config: RematConfig, dims, hint: int, ba
             step(args)
             used = backend.last_plan()
             if (used.saved, used.recomputed) != (plan.saved, plan.recomputed):
-                warnings.warn("max_batch: the measured step was planned differently from the predicted one; "
-                              "the measured peaks are not of the same plan", stacklevel=3)
+                warnings.warn(
+                    "max_batch: the measured step was planned differently from the predicted one; "
+                    "the measured peaks are not of the same plan",
+                    stacklevel=3,
+                )
             for batch in batches:
                 peaks.append(warm_training_peak(step, params, _as_args(make_inputs(batch))))
     finally:

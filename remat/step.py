@@ -20,6 +20,7 @@ inputs of the same shapes is another module running that code in the step (FSDP2
 counts on its own. A graph that runs several times in one step (a compiled block called in a loop) is counted once.
 Fraction budgets resolve per graph.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,13 +63,18 @@ class Share:
 
     def note(self) -> str:
         step = f"memory_budget {fmt_bytes(self.step_budget)} for the step"
-        frugal = "; later graphs of the step follow, so it keeps what leaves room for a graph like it" \
-            if self.followed else ""
+        frugal = (
+            "; later graphs of the step follow, so it keeps what leaves room for a graph like it"
+            if self.followed
+            else ""
+        )
         if not self.earlier:
             return f"{step}: the first graph of the step, planned under all of it{frugal}"
         inputs = f", {fmt_bytes(self.inputs)} by this graph's activation inputs" if self.inputs else ""
-        return (f"{step}: {fmt_bytes(self.held)} held by {self.earlier} earlier graph(s) of this step{inputs}, "
-                f"{fmt_bytes(self.graph_budget)} for this graph{frugal}")
+        return (
+            f"{step}: {fmt_bytes(self.held)} held by {self.earlier} earlier graph(s) of this step{inputs}, "
+            f"{fmt_bytes(self.graph_budget)} for this graph{frugal}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +135,7 @@ class StepLedger:
             for key, held in self._held.items():
                 if key == (slot.frame, slot.instance):
                     if self._compile[key] == slot.compile:
-                        before += held[:slot.position]
+                        before += held[: slot.position]
                     break
                 before += held
         return Share(step_budget, sum(before), len(before), inputs if before else 0, followed)
@@ -162,8 +168,9 @@ def input_shapes(joint: fx.GraphModule) -> str:
     return ";".join(parts)
 
 
-def activation_inputs(joint: fx.GraphModule, static_inputs: Sequence[int] | None,
-                      only: frozenset[str] | None = None) -> int:
+def activation_inputs(
+    joint: fx.GraphModule, static_inputs: Sequence[int] | None, only: frozenset[str] | None = None
+) -> int:
     """Bytes of the joint graph's tensor inputs that are not parameters or buffers (aot_autograd's static-lifetime
     inputs): in a step's later graph, activations of the graphs before it. With `only`, just the inputs named there
     (those its backward reads, kept until then)."""
@@ -178,16 +185,24 @@ def activation_inputs(joint: fx.GraphModule, static_inputs: Sequence[int] | None
     return total
 
 
-def held_bytes(joint: fx.GraphModule, resolved: Resolved, saved_bytes: int, static_inputs: Sequence[int] | None,
-               first: bool) -> int:
+def held_bytes(
+    joint: fx.GraphModule, resolved: Resolved, saved_bytes: int, static_inputs: Sequence[int] | None, first: bool
+) -> int:
     """What a graph keeps live for its backward while the later graphs of the step run: its saved bytes and, past
     the step's first graph, the activation inputs its backward reads."""
     return saved_bytes + (0 if first else activation_inputs(joint, static_inputs, resolved.inputs))
 
 
-def plan_in_step(step: StepLedger, slot: Slot, joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig,
-                 hooked: frozenset[str] = frozenset(), static_inputs: Sequence[int] | None = None,
-                 followed: bool = False) -> Planned:
+def plan_in_step(
+    step: StepLedger,
+    slot: Slot,
+    joint: fx.GraphModule,
+    num_fwd_outputs: int,
+    config: RematConfig,
+    hooked: frozenset[str] = frozenset(),
+    static_inputs: Sequence[int] | None = None,
+    followed: bool = False,
+) -> Planned:
     """Plan the joint graph at `slot` of the step under config's byte budget less what the step's earlier graphs
     keep for backward, and note what this graph keeps. `followed`: later graphs of the step run after this one, so
     it leaves room for them (plan/evaluate.pick_frugal). The Plan's `step_share` and notes tell the split."""
@@ -201,8 +216,9 @@ def plan_in_step(step: StepLedger, slot: Slot, joint: fx.GraphModule, num_fwd_ou
         if exc.least is None:
             raise
         least = exc.least + share.held + share.inputs
-        raise BudgetError(f"{exc} for this graph ({share.note()}): that is, memory_budget={least} bytes for the step",
-                          least) from exc
+        raise BudgetError(
+            f"{exc} for this graph ({share.note()}): that is, memory_budget={least} bytes for the step", least
+        ) from exc
     plan = planned.plan
     step.record(slot, held_bytes(joint, planned.resolved, plan.saved_bytes, static_inputs, first=not share.earlier))
     notes = plan.notes + ((share.note(),) if share.shared else ())

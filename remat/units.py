@@ -3,6 +3,7 @@ parsed from strings, op names shortened, rows of cells laid out as a table.
 
 Planning (remat.plan) writes its decisions' reasons with these; remat.report lays out whole plans with them.
 """
+
 from __future__ import annotations
 
 import fractions
@@ -17,8 +18,14 @@ GIB = 2**30
 
 _UNITS = {
     "b": 1,
-    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
 }
 _UNIT_HELP = (
     "accepted units are B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024), "
@@ -48,7 +55,7 @@ def fmt_flops(n: float) -> str:
 
 
 def short_op(op: str) -> str:
-    """"aten._softmax.default" → "softmax"; "getitem" stays."""
+    """ "aten._softmax.default" → "softmax"; "getitem" stays."""
     parts = op.split(".")
     name = parts[1] if len(parts) == 3 else op
     return name.lstrip("_") or name
@@ -75,7 +82,7 @@ def parse_bytes(value: int | str, option: str = "memory_budget") -> int:
     """
     where = f"{option}={value!r}"
     if isinstance(value, bool) or not isinstance(value, (numbers.Integral, str)):
-        raise TypeError(f"{where}: expected a number of bytes as an int or a string such as \"1.5GiB\"; {_UNIT_HELP}")
+        raise TypeError(f'{where}: expected a number of bytes as an int or a string such as "1.5GiB"; {_UNIT_HELP}')
     if not isinstance(value, str):
         if value < 0:
             raise ValueError(f"{where}: a byte count must be >= 0")
@@ -93,7 +100,7 @@ def _size(value: str, where: str) -> fractions.Fraction:
     number, unit = match.groups()
     if not unit:
         if not number.isdigit():
-            raise ValueError(f"{where}: a fractional size needs a unit, e.g. \"{number}GiB\"; {_UNIT_HELP}")
+            raise ValueError(f'{where}: a fractional size needs a unit, e.g. "{number}GiB"; {_UNIT_HELP}')
         return fractions.Fraction(int(number))
     if unit.lower() not in _UNITS:
         raise ValueError(f"{where}: unknown unit {unit!r}; {_UNIT_HELP}")
@@ -125,7 +132,7 @@ def parse_bandwidth(value: int | float | str, option: str = "host_bandwidth") ->
     else:
         rate = fractions.Fraction(value)
     if rate <= 0:
-        raise ValueError(f"{where}: bytes per second must be > 0, e.g. \"12GB/s\" or 12e9")
+        raise ValueError(f'{where}: bytes per second must be > 0, e.g. "12GB/s" or 12e9')
     if rate < 1:
         raise ValueError(f"{where}: less than one byte per second; expected {_BANDWIDTH_FORMS}")
     return math.floor(rate)

@@ -1,4 +1,5 @@
 """Small models and helpers shared by the eager checkpointing tests."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """Small models with exact sizes: 512×512 fp32 tensors are 1 MiB, a 512³ matmul is 2·512³ flops."""
+
 from __future__ import annotations
 
 import torch
@@ -15,9 +16,7 @@ class CosMM(nn.Module):
     def __init__(self, depth: int = 5):
         super().__init__()
         gen = torch.Generator().manual_seed(0)
-        self.weights = nn.ParameterList(
-            nn.Parameter(torch.randn(N, N, generator=gen) / N**0.5) for _ in range(depth)
-        )
+        self.weights = nn.ParameterList(nn.Parameter(torch.randn(N, N, generator=gen) / N**0.5) for _ in range(depth))
 
     def forward(self, x):
         x = torch.cos(x)

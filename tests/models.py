@@ -6,6 +6,7 @@ timm imports torchvision, and the torchvision wheel that matches torch 2.13 is a
 against the CPU torch (its ops library needs libc10_cuda). The modules below follow timm's layouts — BasicBlock
 ResNet with BatchNorm, pre-norm ViT with a class token and fused SDPA — at toy sizes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,16 +61,30 @@ class LabelledLM(nn.Module):
 def gpt2() -> Case:
     t = _quiet_transformers()
     torch.manual_seed(0)  # transformers initialises weights from the global generator
-    config = t.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=32, vocab_size=128, bos_token_id=0,
-                          eos_token_id=0, attn_implementation="eager")  # dropout 0.1 on embd, attn, resid
+    config = t.GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_positions=32,
+        vocab_size=128,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation="eager",
+    )  # dropout 0.1 on embd, attn, resid
     return Case(CausalLM(t.GPT2LMHeadModel(config)), (_ids(128, (2, 16), 1),), dropout=True, batchnorm=False)
 
 
 def bert() -> Case:
     t = _quiet_transformers()
     torch.manual_seed(0)
-    config = t.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
-                          vocab_size=128, max_position_embeddings=32)  # hidden and attention dropout 0.1
+    config = t.BertConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=128,
+        max_position_embeddings=32,
+    )  # hidden and attention dropout 0.1
     ids = _ids(128, (2, 16), 2)
     labels = torch.where(torch.arange(16) % 4 == 0, ids, torch.full_like(ids, -100))  # a quarter are masked targets
     return Case(LabelledLM(t.BertForMaskedLM(config)), (ids, labels), dropout=True, batchnorm=False)
@@ -78,19 +93,41 @@ def bert() -> Case:
 def llama() -> Case:
     t = _quiet_transformers()
     torch.manual_seed(0)
-    config = t.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                           intermediate_size=128, vocab_size=128, max_position_embeddings=32, attention_dropout=0.1,
-                           attn_implementation="sdpa")  # rotary embeddings, RMSNorm, grouped-query SDPA
+    config = t.LlamaConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=128,
+        max_position_embeddings=32,
+        attention_dropout=0.1,
+        attn_implementation="sdpa",
+    )  # rotary embeddings, RMSNorm, grouped-query SDPA
     return Case(CausalLM(t.LlamaForCausalLM(config)), (_ids(128, (2, 16), 3),), dropout=True, batchnorm=False)
 
 
 def t5() -> Case:
     t = _quiet_transformers()
     torch.manual_seed(0)
-    config = t.T5Config(num_layers=2, num_decoder_layers=2, d_model=64, d_kv=16, num_heads=4, d_ff=128,
-                        vocab_size=128, dropout_rate=0.1, decoder_start_token_id=0, pad_token_id=0)
-    return Case(LabelledLM(t.T5ForConditionalGeneration(config)), (_ids(128, (2, 16), 4), _ids(128, (2, 8), 5)),
-                dropout=True, batchnorm=False)
+    config = t.T5Config(
+        num_layers=2,
+        num_decoder_layers=2,
+        d_model=64,
+        d_kv=16,
+        num_heads=4,
+        d_ff=128,
+        vocab_size=128,
+        dropout_rate=0.1,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+    )
+    return Case(
+        LabelledLM(t.T5ForConditionalGeneration(config)),
+        (_ids(128, (2, 16), 4), _ids(128, (2, 8), 5)),
+        dropout=True,
+        batchnorm=False,
+    )
 
 
 class BasicBlock(nn.Module):
@@ -115,8 +152,9 @@ class ResNet(nn.Module):
 
     def __init__(self, widths=(8, 16), classes: int = 10):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]),
-                                  nn.ReLU(), nn.MaxPool2d(2))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(), nn.MaxPool2d(2)
+        )
         blocks, cin = [], widths[0]
         for i, w in enumerate(widths):
             blocks.append(BasicBlock(cin, w, 1 if i == 0 else 2))
@@ -177,8 +215,16 @@ class ViTBlock(nn.Module):
 class ViT(nn.Module):
     """Patch embedding (strided conv), class token, learned positions, pre-norm blocks, head on the class token."""
 
-    def __init__(self, size: int = 16, patch: int = 4, dim: int = 32, depth: int = 2, heads: int = 4,
-                 drop: float = 0.1, classes: int = 10):
+    def __init__(
+        self,
+        size: int = 16,
+        patch: int = 4,
+        dim: int = 32,
+        depth: int = 2,
+        heads: int = 4,
+        drop: float = 0.1,
+        classes: int = 10,
+    ):
         super().__init__()
         self.patch = nn.Conv2d(3, dim, patch, patch)
         self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
@@ -213,7 +259,8 @@ class MoE(nn.Module):
         self.k = k
         self.router = nn.Linear(dim, experts, bias=False)
         self.experts = nn.ModuleList(
-            nn.Sequential(nn.Linear(dim, hidden), nn.SiLU(), nn.Linear(hidden, dim)) for _ in range(experts))
+            nn.Sequential(nn.Linear(dim, hidden), nn.SiLU(), nn.Linear(hidden, dim)) for _ in range(experts)
+        )
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, x):
@@ -221,7 +268,7 @@ class MoE(nn.Module):
         probs = self.router(tokens).softmax(dim=-1)  # (T, E)
         weight, index = probs.topk(self.k, dim=-1)  # (T, k)
         gate = torch.zeros_like(probs).scatter(-1, index, weight / weight.sum(dim=-1, keepdim=True))
-        y = sum(gate[:, e:e + 1] * expert(tokens) for e, expert in enumerate(self.experts))
+        y = sum(gate[:, e : e + 1] * expert(tokens) for e, expert in enumerate(self.experts))
         balance = probs.mean(dim=0).square().sum() * probs.shape[-1]
         return x + y.reshape(x.shape), balance
 
@@ -255,8 +302,12 @@ class InplaceConvNet(nn.Module):
     def __init__(self, classes: int = 10):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
-            nn.Conv2d(8, 16, 3, padding=1, stride=2), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(8, 16, 3, padding=1, stride=2),
+            nn.BatchNorm2d(16),
+            nn.ReLU(inplace=True),
         )
         self.conv = nn.Conv2d(16, 16, 3, padding=1)
         self.drop = nn.Dropout(0.1)
@@ -277,6 +328,12 @@ def convnet() -> Case:
 
 
 BUILDERS: dict[str, Callable[[], Case]] = {
-    "gpt2": gpt2, "bert": bert, "llama": llama, "t5": t5, "resnet": resnet, "vit": vit, "moe": moe,
+    "gpt2": gpt2,
+    "bert": bert,
+    "llama": llama,
+    "t5": t5,
+    "resnet": resnet,
+    "vit": vit,
+    "moe": moe,
     "convnet": convnet,
 }

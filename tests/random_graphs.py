@@ -11,6 +11,7 @@ max-reductions broadcast both ways, non-contiguous reshapes, chunks joined back,
 `synthetic_chain(n_layers)` is a deep residual MLP (Linear → GELU → LayerNorm → residual add per layer) whose joint
 graph grows linearly with depth: 26 nodes per layer, 10,017 nodes at 385 layers.
 """
+
 from __future__ import annotations
 
 import random

@@ -1,5 +1,6 @@
 """Two (or more) gloo ranks for a test: spawned processes that meet through a file store, each writing its results
 as JSON into the test's folder."""
+
 from __future__ import annotations
 
 import json

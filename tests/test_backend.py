@@ -1,4 +1,5 @@
 """The backend as users reach it: entry point, options, remat.compile, inner compilers, errors."""
+
 import os
 import subprocess
 import sys
@@ -47,8 +48,11 @@ def test_entry_point_in_a_fresh_venv(tmp_path):
 
 def test_options_reach_the_planner():
     model, x = CosMM(), cosmm_input()
-    compiled = torch.compile(model, backend="remat", options={
-        "memory_budget": 7 * MIB + 16, "save_ops": ["aten.mm"], "solver": "greedy", "inner": "aot_eager"})
+    compiled = torch.compile(
+        model,
+        backend="remat",
+        options={"memory_budget": 7 * MIB + 16, "save_ops": ["aten.mm"], "solver": "greedy", "inner": "aot_eager"},
+    )
     compiled(x).backward()
     plan = remat.last_plan()
     assert plan.budget_bytes == 7 * MIB + 16 and plan.solver == "greedy"

@@ -1,6 +1,7 @@
 """Bad input, through every way a user reaches remat: each mistake is a TypeError/ValueError (RuntimeError for an
 unavailable runtime) raised from remat's own code, naming the option, the value and the fix; a failure inside
 planning leaves torch's global configs as they were."""
+
 from __future__ import annotations
 
 import re
@@ -43,8 +44,13 @@ CASES = [
     ("offload", 1, TypeError, "1", 'expected True, False or "auto"'),
     ("host_bandwidth", 0, ValueError, "0", 'bytes per second must be > 0, e.g. "12GB/s" or 12e9'),
     ("host_bandwidth", "12 GHz", ValueError, "'12 GHz'", "unknown unit 'GHz'; accepted units"),
-    ("host_bandwidth", float("nan"), ValueError, "nan", 'expected bytes per second > 0: an int or float \\(12e9\\) '
-     'or a string such as "12GB/s"'),
+    (
+        "host_bandwidth",
+        float("nan"),
+        ValueError,
+        "nan",
+        'expected bytes per second > 0: an int or float \\(12e9\\) or a string such as "12GB/s"',
+    ),
     ("host_bandwidth", "12GB/h", ValueError, "'12GB/h'", 'not a byte size; .*a bandwidth may end in "/s"'),
     ("host_bandwidth", [12e9], TypeError, "[12000000000.0]", "expected bytes per second > 0: an int or float"),
     ("partition", "node", ValueError, "'node'", 'expected None, "world" or a torch.distributed.ProcessGroup'),
@@ -127,8 +133,9 @@ def test_unavailable_runtime_options_are_refused_by_name(entry, option, value):
 def test_remat_backend_rejects_mode_and_non_dict_options():
     exc = raised_through_dynamo(lambda: torch.compile(f, backend="remat", mode="max-autotune")(x()))
     assert type(exc) is ValueError and "mode='max-autotune': the remat backend takes no mode" in str(exc)
-    exc = raised_through_dynamo(lambda: remat.remat_backend(torch.fx.symbolic_trace(f), [x()],
-                                                            options=[("solver", "greedy")]))
+    exc = raised_through_dynamo(
+        lambda: remat.remat_backend(torch.fx.symbolic_trace(f), [x()], options=[("solver", "greedy")])
+    )
     assert type(exc) is TypeError and str(exc).startswith("options=[('solver', 'greedy')]: expected a dict")
 
 
@@ -146,13 +153,18 @@ def not_an_action(info):
 def test_policy_returning_a_non_action(entry):
     exc = raised(entry, {"policy": not_an_action, "inner": "aot_eager"})
     assert type(exc) is TypeError and raised_in_remat(exc)
-    assert str(exc).startswith("policy returned 'save' for node mm (aten.mm.default); a policy must return "
-                               "remat.Action.SAVE, RECOMPUTE, PREFER_SAVE, PREFER_RECOMPUTE, OFFLOAD or None")
+    assert str(exc).startswith(
+        "policy returned 'save' for node mm (aten.mm.default); a policy must return "
+        "remat.Action.SAVE, RECOMPUTE, PREFER_SAVE, PREFER_RECOMPUTE, OFFLOAD or None"
+    )
 
 
 def torch_configs() -> tuple:
-    return (torch._functorch.config.save_config(), torch._inductor.config.save_config(),
-            torch._dynamo.config.save_config())
+    return (
+        torch._functorch.config.save_config(),
+        torch._inductor.config.save_config(),
+        torch._dynamo.config.save_config(),
+    )
 
 
 @pytest.mark.parametrize("inner", ["aot_eager", "eager"])
@@ -175,8 +187,9 @@ def test_failure_inside_planning_leaves_configs():
 
 
 @pytest.mark.inductor
-@pytest.mark.parametrize("options", [{"memory_budget": 1, "strict": True}, {"policy": not_an_action}],
-                         ids=["strict", "policy"])
+@pytest.mark.parametrize(
+    "options", [{"memory_budget": 1, "strict": True}, {"policy": not_an_action}], ids=["strict", "policy"]
+)
 def test_failure_inside_the_inductor_partitioner_leaves_configs(options):
     before = torch_configs()
     exc = raised("torch.compile", {**options, "inner": "inductor"})

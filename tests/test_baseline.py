@@ -1,5 +1,6 @@
 """The baseline is the inner compiler's own partition: under inductor, exactly what torch's min-cut partitioner saves
 (as plain `torch.compile` runs it), and remat without a budget runs that partition."""
+
 import copy
 
 import pytest
@@ -17,14 +18,24 @@ CONFIG = GPTConfig(vocab=128, n_layer=2, d_model=64, n_head=4, seq_len=32, dropo
 
 def _gpt2():
     transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=32, vocab_size=128,
-                                     use_cache=False, bos_token_id=None, eos_token_id=None,
-                                     attn_implementation="eager")
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_positions=32,
+        vocab_size=128,
+        use_cache=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        attn_implementation="eager",
+    )
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(config)
     idx, tgt = make_gpt_batch(CONFIG, batch=2)
-    return lambda i, t: torch.nn.functional.cross_entropy(model(input_ids=i).logits.reshape(-1, 128),
-                                                          t.reshape(-1)), (idx, tgt)
+    return lambda i, t: torch.nn.functional.cross_entropy(model(input_ids=i).logits.reshape(-1, 128), t.reshape(-1)), (
+        idx,
+        tgt,
+    )
 
 
 def _gpt():
@@ -38,12 +49,16 @@ def test_none_under_inductor_saves_exactly_what_min_cut_saves(build):
     fn, inputs = build()
     (captured,) = capture_joints(fn, *inputs, inner="inductor")
     joint = copy.deepcopy(captured.joint.graph)
-    planned = plan_joint(captured.joint, captured.num_fwd_outputs, RematConfig(inner="inductor"),
-                         captured.hooked, captured.static_lifetime_input_indices)
+    planned = plan_joint(
+        captured.joint,
+        captured.num_fwd_outputs,
+        RematConfig(inner="inductor"),
+        captured.hooked,
+        captured.static_lifetime_input_indices,
+    )
     # torch's partitioner on its own copy of the same joint graph, as plain torch.compile runs it
     reference = torch.fx.GraphModule(captured.joint, joint)
-    _, _, saved = _torch.min_cut_partition(reference, captured.num_fwd_outputs,
-                                           captured.static_lifetime_input_indices)
+    _, _, saved = _torch.min_cut_partition(reference, captured.num_fwd_outputs, captured.static_lifetime_input_indices)
     assert planned.plan.baseline.kind == "inductor min-cut partition"
     assert planned.resolved.saved | planned.resolved.inputs == set(saved)
     assert planned.is_baseline and planned.inner_modules is not None
@@ -66,8 +81,9 @@ def test_none_under_inductor_costs_what_plain_inductor_costs():
             for p in m.parameters():
                 p.grad = None
             torch.manual_seed(0)
-            peak = remat.peak_memory(lambda: step(idx, tgt).backward(),
-                                     exclude=lambda: [p.grad for p in m.parameters()])
+            peak = remat.peak_memory(
+                lambda: step(idx, tgt).backward(), exclude=lambda: [p.grad for p in m.parameters()]
+            )
         results[backend] = (peak, [p.grad.clone() for p in m.parameters()])
         torch._dynamo.reset()
     assert results["remat"][0] == results["inductor"][0]
@@ -78,6 +94,7 @@ def test_none_under_inductor_costs_what_plain_inductor_costs():
 def test_policies_keep_the_default_partition_as_baseline():
     fn, inputs = _gpt()
     (captured,) = capture_joints(fn, *inputs)
-    planned = plan_joint(captured.joint, captured.num_fwd_outputs,
-                         RematConfig(inner="inductor", save_ops=["aten.addmm"]))
+    planned = plan_joint(
+        captured.joint, captured.num_fwd_outputs, RematConfig(inner="inductor", save_ops=["aten.addmm"])
+    )
     assert planned.plan.baseline.kind == "default partition" and planned.inner_modules is None

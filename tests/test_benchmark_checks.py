@@ -1,5 +1,6 @@
 """The benchmark report's computed findings (benchmarks/checks.py) on small synthetic rows: each verdict passes and
 fails where it should and names the offending rows; the output paths of each inner compiler's run (report.py)."""
+
 import sys
 from pathlib import Path
 
@@ -17,9 +18,21 @@ MIB = 2**20
 def row(name, kind, peak_mib, model="m", step_ms=100.0, spread=0.0, **fields):
     """One measured row: ``spread`` sets (slowest - fastest) / median of its timed steps."""
     times = [step_ms * (1 - spread / 2), step_ms, step_ms * (1 + spread / 2)]
-    return {"model": model, "row": name, "kind": kind, "budget": None, "budget_kind": None, "options": {},
-            "measured_peak_bytes": int(peak_mib * MIB), "step_ms": step_ms, "step_ms_all": times,
-            "first_step_s": 1.0, "max_grad_diff": 0.0, "max_grad_rel_err": 0.0, **fields}
+    return {
+        "model": model,
+        "row": name,
+        "kind": kind,
+        "budget": None,
+        "budget_kind": None,
+        "options": {},
+        "measured_peak_bytes": int(peak_mib * MIB),
+        "step_ms": step_ms,
+        "step_ms_all": times,
+        "first_step_s": 1.0,
+        "max_grad_diff": 0.0,
+        "max_grad_rel_err": 0.0,
+        **fields,
+    }
 
 
 def remat_row(name, peak_mib, sim_mib, budget_mib=None, fraction=None, **fields):
@@ -28,8 +41,12 @@ def remat_row(name, peak_mib, sim_mib, budget_mib=None, fraction=None, **fields)
         budget = {"budget": fraction, "budget_kind": "fraction", "plan_budget_bytes": int(budget_mib * MIB)}
     elif budget_mib is not None:
         budget = {"budget": int(budget_mib * MIB), "budget_kind": "bytes", "plan_budget_bytes": int(budget_mib * MIB)}
-    plan = {"plan_peak_bytes": int(sim_mib * MIB), "plan_feasible": True, "plan_least_peak_bytes": int(10 * MIB),
-            "plan_graphs": 1}
+    plan = {
+        "plan_peak_bytes": int(sim_mib * MIB),
+        "plan_feasible": True,
+        "plan_least_peak_bytes": int(10 * MIB),
+        "plan_graphs": 1,
+    }
     return row(name, "remat", peak_mib, **{**plan, **budget, **fields})
 
 
@@ -37,9 +54,12 @@ def test_sim_vs_measured_passes_within_five_percent_and_names_each_row_outside()
     rows = [remat_row("remat fraction 0.5", 104, 100, 110, fraction=0.5), remat_row("remat None", 96, 100)]
     assert checks.sim_vs_measured(rows).ok is True
 
-    rows = [remat_row("remat fraction 0.5", 106, 100, 110, fraction=0.5), remat_row("remat None", 90, 100),
-            remat_row("remat fraction 0.0", 50, 50, 50, fraction=0.0),
-            remat_row("remat offload", 200, 100, options={"offload": True})]  # no budget, options: not compared
+    rows = [
+        remat_row("remat fraction 0.5", 106, 100, 110, fraction=0.5),
+        remat_row("remat None", 90, 100),
+        remat_row("remat fraction 0.0", 50, 50, 50, fraction=0.0),
+        remat_row("remat offload", 200, 100, options={"offload": True}),
+    ]  # no budget, options: not compared
     found = checks.sim_vs_measured(rows)
     assert found.ok is False
     assert "2 of 3 rows outside" in found.text
@@ -48,8 +68,10 @@ def test_sim_vs_measured_passes_within_five_percent_and_names_each_row_outside()
 
 
 def test_sim_vs_measured_leaves_out_rows_with_graph_breaks():
-    rows = [remat_row("remat fraction 0.5", 100, 100, 110, fraction=0.5),
-            remat_row("remat fraction 0.2", 200, 100, 110, fraction=0.2, plan_graphs=2)]
+    rows = [
+        remat_row("remat fraction 0.5", 100, 100, 110, fraction=0.5),
+        remat_row("remat fraction 0.2", 200, 100, 110, fraction=0.2, plan_graphs=2),
+    ]
     found = checks.sim_vs_measured(rows)
     assert found.ok is True and "Not compared (1 rows" in found.text
 
@@ -64,8 +86,9 @@ def test_none_vs_plain_peak_allows_two_percent():
 def test_none_vs_plain_time_allows_three_percent_and_reports_the_rows_spread():
     plain = row("aot_eager", "compiled", 100, step_ms=100.0, spread=0.02)
     assert checks.none_vs_plain_time([plain, remat_row("remat None", 100, 100, step_ms=103.0)], "aot_eager").ok
-    found = checks.none_vs_plain_time([plain, remat_row("remat None", 100, 100, step_ms=104.0, spread=0.10)],
-                                      "aot_eager")
+    found = checks.none_vs_plain_time(
+        [plain, remat_row("remat None", 100, 100, step_ms=104.0, spread=0.10)], "aot_eager"
+    )
     assert found.ok is False
     assert "Slower on 1 of 1 models: m 1.04×" in found.text and "up to 10%" in found.text and "within" in found.text
     found = checks.none_vs_plain_time([plain, remat_row("remat None", 100, 100, step_ms=120.0)], "aot_eager")
@@ -73,9 +96,12 @@ def test_none_vs_plain_time_allows_three_percent_and_reports_the_rows_spread():
 
 
 def test_least_vs_per_block_on_every_model():
-    rows = [row("eager+checkpoint", "checkpoint", 80), remat_row("remat fraction 0.0", 80, 80, 80, fraction=0.0),
-            row("eager+checkpoint", "checkpoint", 60, model="n"),
-            remat_row("remat fraction 0.0", 50, 50, 50, fraction=0.0, model="n")]
+    rows = [
+        row("eager+checkpoint", "checkpoint", 80),
+        remat_row("remat fraction 0.0", 80, 80, 80, fraction=0.0),
+        row("eager+checkpoint", "checkpoint", 60, model="n"),
+        remat_row("remat fraction 0.0", 50, 50, 50, fraction=0.0, model="n"),
+    ]
     assert checks.least_vs_per_block(rows).ok is True
     rows[3] = remat_row("remat fraction 0.0", 70, 70, 70, fraction=0.0, model="n")
     found = checks.least_vs_per_block(rows)
@@ -114,8 +140,11 @@ def test_recipe_step_time_fails_when_remat_is_slower_than_the_recipe():
 
 def test_compile_time_names_the_slowest_remat_row_per_model():
     plain = row("inductor", "compiled", 100, first_step_s=10.0)
-    rows = [plain, remat_row("remat None", 100, 100, first_step_s=12.0),
-            remat_row("remat fraction 0.5", 80, 80, 90, fraction=0.5, first_step_s=15.0)]
+    rows = [
+        plain,
+        remat_row("remat None", 100, 100, first_step_s=12.0),
+        remat_row("remat fraction 0.5", 80, 80, 90, fraction=0.5, first_step_s=15.0),
+    ]
     found = checks.compile_time(rows, "inductor", fresh_cache=True)
     assert found.ok is True and "`remat fraction 0.5` 15.0 s vs 10.0 s (1.50×)" in found.text
     assert "empty inductor cache" in found.text
@@ -136,8 +165,14 @@ def test_compile_time_says_when_the_rows_shared_the_kernel_caches():
 def test_every_finding_is_computed_from_an_empty_or_partial_run():
     rows = [row("eager", "eager", 100), row("inductor", "compiled", 90)]
     names = [f.name for f in checks.all_findings(rows, "inductor")]
-    assert {"sim_vs_measured", "none_vs_plain_time", "least_vs_per_block", "at_recipe_peaks", "recipe_step_time",
-            "compile_time"} <= set(names)
+    assert {
+        "sim_vs_measured",
+        "none_vs_plain_time",
+        "least_vs_per_block",
+        "at_recipe_peaks",
+        "recipe_step_time",
+        "compile_time",
+    } <= set(names)
 
 
 @pytest.mark.parametrize(("inner", "stem"), [("inductor", "latest"), ("aot_eager", "aot_eager")])

@@ -1,4 +1,5 @@
 """The memory-budget contract: peak ≤ budget when feasible, monotone, warnings and strict mode."""
+
 import warnings
 
 import pytest
@@ -85,8 +86,9 @@ def test_plans_are_deterministic(joint):
 
 def test_strict_raises_through_torch_compile():
     model, x = CosMM(), cosmm_input()
-    compiled = torch.compile(model, backend="remat",
-                             options={"memory_budget": MIB, "strict": True, "inner": "aot_eager"})
+    compiled = torch.compile(
+        model, backend="remat", options={"memory_budget": MIB, "strict": True, "inner": "aot_eager"}
+    )
     with pytest.raises(Exception, match="strict=True"):
         compiled(x)
 
@@ -105,8 +107,14 @@ def test_plans_do_not_depend_on_hash_seed():
     )
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     tables = {
-        subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, check=True,
-                       env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
         for seed in ("1", "2")
     }
     assert len(tables) == 1 and "recompute" in tables.pop()

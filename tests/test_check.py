@@ -1,4 +1,5 @@
 """Plan invariant checks (remat.check_plan, and debug=True) accept real plans and catch broken ones."""
+
 import dataclasses
 
 import pytest
@@ -46,6 +47,7 @@ def test_partition_without_process_group_is_a_clear_error():
 
 # ---- remat.check_plan on the Plans users hold --------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def plan():
     """A CosMM plan that saves some values and recomputes others, with mm on the save-list (must-save)."""
@@ -60,7 +62,8 @@ def test_check_plan_is_public_and_accepts_real_plans(plan, monkeypatch):
     remat.check_plan(remat.explain(CosMM(), cosmm_input()))  # baseline
     monkeypatch.setattr("remat.backend._plans", [])
     torch.compile(CosMM(), backend="remat", options={"memory_budget": 0.5, "inner": "aot_eager"})(
-        cosmm_input()).backward()
+        cosmm_input()
+    ).backward()
     remat.check_plan(remat.last_plan())
 
 
@@ -70,8 +73,9 @@ def test_check_plan_on_dropout_plans():
     config = GPTConfig(vocab=64, n_layer=1, d_model=32, n_head=2, seq_len=16, dropout=0.1)
     model = GPT(config)
     for budget in (None, 0.5, 0.0):
-        remat.check_plan(remat.explain(lambda i, t: gpt_loss(model, i, t), *make_gpt_batch(config, 2),
-                                       memory_budget=budget))
+        remat.check_plan(
+            remat.explain(lambda i, t: gpt_loss(model, i, t), *make_gpt_batch(config, 2), memory_budget=budget)
+        )
 
 
 def broken(plan, **resolved_changes):
@@ -113,19 +117,20 @@ def test_figures_off_the_simulation_are_caught(plan, figure):
 
 
 def test_recompute_flops_off_is_caught(plan):
-    with pytest.raises(PlanInvariantError, match=f"plan.recompute_flops=0, but its recomputed values cost "
-                                                 f"{plan.recompute_flops}"):
+    with pytest.raises(
+        PlanInvariantError, match=f"plan.recompute_flops=0, but its recomputed values cost {plan.recompute_flops}"
+    ):
         check_plan(dataclasses.replace(plan, recompute_flops=0))
 
 
 def test_decision_disagreeing_with_the_sets_is_caught(plan):
     i = next(i for i, d in enumerate(plan.decisions) if d.action is remat.Action.RECOMPUTE)
     flipped = dataclasses.replace(plan.decisions[i], action=remat.Action.SAVE)
-    decisions = plan.decisions[:i] + (flipped,) + plan.decisions[i + 1:]
+    decisions = plan.decisions[:i] + (flipped,) + plan.decisions[i + 1 :]
     with pytest.raises(PlanInvariantError, match=f"decision {flipped.name} .* says save, but the plan does not save"):
         check_plan(dataclasses.replace(plan, decisions=decisions))
     with pytest.raises(PlanInvariantError, match=f"{flipped.name} .* is recomputed but has no decision"):
-        check_plan(dataclasses.replace(plan, decisions=plan.decisions[:i] + plan.decisions[i + 1:]))
+        check_plan(dataclasses.replace(plan, decisions=plan.decisions[:i] + plan.decisions[i + 1 :]))
 
 
 def test_check_plan_needs_a_plan():

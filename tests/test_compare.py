@@ -1,4 +1,5 @@
 """compare_solvers: one capture, one row per solver, optimal's cost no higher than any plan meeting the budget."""
+
 import functools
 import warnings
 

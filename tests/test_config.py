@@ -10,12 +10,26 @@ from remat.plan.solvers import SOLVERS
 from remat.units import MIB as MiB
 
 ALL_FIELDS = (
-    "memory_budget", "save_ops", "policy", "solver", "strict", "inner", "offload", "host_bandwidth", "partition",
-    "contiguous", "rng", "profile", "synchronize", "solver_time_limit", "debug",
+    "memory_budget",
+    "save_ops",
+    "policy",
+    "solver",
+    "strict",
+    "inner",
+    "offload",
+    "host_bandwidth",
+    "partition",
+    "contiguous",
+    "rng",
+    "profile",
+    "synchronize",
+    "solver_time_limit",
+    "debug",
 )
 
 
 # ---- memory_budget / parse_bytes -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("text", "expected"),
@@ -82,7 +96,7 @@ def test_one_is_a_byte_and_one_point_zero_the_baseline():
         (
             1.5,
             ValueError,
-            r'memory_budget=1\.5: a float budget is a fraction in \[0, 1\]; '
+            r"memory_budget=1\.5: a float budget is a fraction in \[0, 1\]; "
             r'for bytes pass an int or a string such as "1\.5GiB"$',
         ),
         ("12 parsecs", ValueError, r"memory_budget='12 parsecs': unknown unit 'parsecs'; accepted units are B, KB"),
@@ -108,6 +122,7 @@ def test_parse_bytes_names_the_option(value, error):
 
 
 # ---- save_ops ---------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("entry", "expected"),
@@ -142,8 +157,12 @@ def test_save_ops_list_becomes_tuple_and_targets_split():
         (["aten.nosuchop"], ValueError, r"'aten\.nosuchop' names no registered op; expected names like 'aten\.mm'"),
         (["aten.mm.nosuch"], ValueError, r"'aten\.mm\.nosuch' names no registered op"),
         (["nosuchns.mm"], ValueError, r"'nosuchns\.mm' names no registered op"),
-        (["mm"], ValueError, r"'mm' is not an op name; expected names like 'aten\.mm' or 'aten\.mm\.default', or "
-                             r"torch\.ops\.aten\.mm"),
+        (
+            ["mm"],
+            ValueError,
+            r"'mm' is not an op name; expected names like 'aten\.mm' or 'aten\.mm\.default', or "
+            r"torch\.ops\.aten\.mm",
+        ),
         (["aten.mm.default.x"], ValueError, r"is not an op name"),
         (["aten.__class__"], ValueError, r"'aten\.__class__' names no registered op"),
         ([""], ValueError, r"'' is not an op name"),
@@ -197,8 +216,10 @@ def test_solver_accepts_a_callable():
     assert RematConfig(solver=mine).solver is mine
 
 
-@pytest.mark.parametrize(("value", "error"), [("bogus", ValueError), ("AUTO", ValueError), (1, TypeError),
-                                              (None, TypeError), (["greedy"], TypeError)])
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [("bogus", ValueError), ("AUTO", ValueError), (1, TypeError), (None, TypeError), (["greedy"], TypeError)],
+)
 def test_solver_rejects(value, error):
     listed = ", ".join(repr(v) for v in SOLVERS)
     fix = rf"expected one of {listed}, or a callable \(problem, budget, evaluator\) -> Scored"
@@ -207,8 +228,11 @@ def test_solver_rejects(value, error):
 
 
 def test_solver_callable_of_another_signature_is_refused():
-    with pytest.raises(TypeError, match=r"^solver=<function .*: a callable solver is called as "
-                                        r"solver\(problem, budget, evaluator\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"^solver=<function .*: a callable solver is called as "
+        r"solver\(problem, budget, evaluator\)",
+    ):
         RematConfig(solver=lambda problem: None)
 
 
@@ -249,18 +273,33 @@ def test_host_bandwidth():
         RematConfig(host_bandwidth="0GB")
     with pytest.raises(ValueError, match=r"^host_bandwidth='fast': not a byte size"):
         RematConfig(host_bandwidth="fast")
-    with pytest.raises(ValueError, match=r"^host_bandwidth=0\.25: less than one byte per second; expected bytes "
-                                         r"per second > 0: an int or float \(12e9\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"^host_bandwidth=0\.25: less than one byte per second; expected bytes "
+        r"per second > 0: an int or float \(12e9\)",
+    ):
         RematConfig(host_bandwidth=0.25)
     with pytest.raises(TypeError, match=r"^host_bandwidth=True: expected bytes per second > 0"):
         RematConfig(host_bandwidth=True)
 
 
-@pytest.mark.parametrize(("value", "rate"), [
-    (12e9, 12_000_000_000), (12.5e9, 12_500_000_000), (1536.75, 1536), ("12GB/s", 12_000_000_000),
-    ("12 GiB/s", 12 * 1024**3), ("12 gib / S", 12 * 1024**3), ("1.5GB/s", 1_500_000_000), ("12GB", 12_000_000_000),
-    ("4096", 4096), ("4096/s", 4096), ("12e9", 12_000_000_000), (25_000_000_000, 25_000_000_000),
-])
+@pytest.mark.parametrize(
+    ("value", "rate"),
+    [
+        (12e9, 12_000_000_000),
+        (12.5e9, 12_500_000_000),
+        (1536.75, 1536),
+        ("12GB/s", 12_000_000_000),
+        ("12 GiB/s", 12 * 1024**3),
+        ("12 gib / S", 12 * 1024**3),
+        ("1.5GB/s", 1_500_000_000),
+        ("12GB", 12_000_000_000),
+        ("4096", 4096),
+        ("4096/s", 4096),
+        ("12e9", 12_000_000_000),
+        (25_000_000_000, 25_000_000_000),
+    ],
+)
 def test_host_bandwidth_floats_and_rates(value, rate):
     """A bandwidth is naturally a float (12e9) or a rate ("12GB/s"); both give whole bytes per second."""
     config = RematConfig(host_bandwidth=value)
@@ -268,14 +307,21 @@ def test_host_bandwidth_floats_and_rates(value, rate):
     assert parse_bandwidth(value) == rate
 
 
-@pytest.mark.parametrize(("value", "error", "match"), [
-    (float("inf"), ValueError, r"^host_bandwidth=inf: expected bytes per second > 0"),
-    (-1.0, ValueError, r'^host_bandwidth=-1\.0: bytes per second must be > 0, e\.g\. "12GB/s" or 12e9$'),
-    ("0GB/s", ValueError, r"^host_bandwidth='0GB/s': bytes per second must be > 0"),
-    ("12 parsecs/s", ValueError, r"^host_bandwidth='12 parsecs/s': unknown unit 'parsecs'; accepted units .*"
-                                 r'a bandwidth may end in "/s", e\.g\. "12GB/s"$'),
-    (None, TypeError, r"^host_bandwidth=None: expected bytes per second > 0"),
-])
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [
+        (float("inf"), ValueError, r"^host_bandwidth=inf: expected bytes per second > 0"),
+        (-1.0, ValueError, r'^host_bandwidth=-1\.0: bytes per second must be > 0, e\.g\. "12GB/s" or 12e9$'),
+        ("0GB/s", ValueError, r"^host_bandwidth='0GB/s': bytes per second must be > 0"),
+        (
+            "12 parsecs/s",
+            ValueError,
+            r"^host_bandwidth='12 parsecs/s': unknown unit 'parsecs'; accepted units .*"
+            r'a bandwidth may end in "/s", e\.g\. "12GB/s"$',
+        ),
+        (None, TypeError, r"^host_bandwidth=None: expected bytes per second > 0"),
+    ],
+)
 def test_host_bandwidth_rejected(value, error, match):
     with pytest.raises(error, match=match):
         RematConfig(host_bandwidth=value)
@@ -311,11 +357,17 @@ def test_solver_time_limit():
 
 # ---- dataclass behaviour ----------------------------------------------------------------------------------------
 
+
 def test_defaults_and_fields():
     assert RematConfig.fields() == ALL_FIELDS
     config = RematConfig()
     assert (config.solver, config.inner, config.offload, config.rng, config.save_ops) == (
-        "auto", "inductor", False, "replay", ())
+        "auto",
+        "inductor",
+        False,
+        "replay",
+        (),
+    )
 
 
 def test_frozen():
@@ -351,6 +403,7 @@ def test_equality_and_hash():
 
 
 # ---- from_options -----------------------------------------------------------------------------------------------
+
 
 def test_from_options():
     assert RematConfig.from_options(None) == RematConfig()
@@ -389,8 +442,7 @@ def test_float_host_bandwidth_reaches_the_plan():
         return torch.cos(torch.cos(x @ w) @ w).sum()
 
     x = torch.randn(512, 512)
-    plans = [remat.explain(step, x, inner="aot_eager", offload=True, host_bandwidth=rate)
-             for rate in (12e9, "12GB/s")]
+    plans = [remat.explain(step, x, inner="aot_eager", offload=True, host_bandwidth=rate) for rate in (12e9, "12GB/s")]
     reasons = [[d.reason for d in p.decisions if "offloaded to host" in d.reason] for p in plans]
     assert reasons[0] == reasons[1] and len(reasons[0]) >= 2
     assert all("0.17 ms at host_bandwidth" in r for r in reasons[0])

@@ -1,5 +1,6 @@
 """The awkward corners of torch.compile: dynamic shapes, graph breaks, no-grad and eval, double backward, mutated and
 aliased inputs/outputs, unused outputs, autocast, retain_graph, tensor hooks, fullgraph, compiling twice."""
+
 import copy
 import warnings
 

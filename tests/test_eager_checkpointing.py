@@ -1,5 +1,6 @@
 """remat.checkpointing, the DeepSpeed-compatible module, in one process (the 2-rank tests are in
 test_eager_distributed.py)."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,9 @@ class Layers(nn.Module):
     def __init__(self, n=4, width=16, dropout=0.0):
         super().__init__()
         torch.manual_seed(0)
-        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Dropout(dropout))
-                                    for _ in range(n))
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Dropout(dropout)) for _ in range(n)
+        )
         self.checkpointed = True
 
     def forward(self, x):
@@ -77,8 +79,15 @@ def test_module_alias():
 
 
 @pytest.mark.parametrize("mask_kind", [None, "bool", "float"])
-@pytest.mark.parametrize("options", [{}, {"checkpoint_in_cpu": True}, {"contiguous_checkpointing": True},
-                                     {"checkpoint_in_cpu": True, "contiguous_checkpointing": True}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"checkpoint_in_cpu": True},
+        {"contiguous_checkpointing": True},
+        {"checkpoint_in_cpu": True, "contiguous_checkpointing": True},
+    ],
+)
 def test_parity_two_inputs_three_outputs(options, mask_kind):
     checkpointing.configure(None, **options)
     torch.manual_seed(0)
@@ -104,9 +113,17 @@ def test_checkpoint_function_apply_collects_outputs():
 
 
 def test_configure_reads_deepspeed_config_and_arguments_override(tmp_path):
-    config = {"train_batch_size": 8, "activation_checkpointing": {
-        "partition_activations": False, "cpu_checkpointing": True, "contiguous_memory_optimization": True,
-        "number_checkpoints": 4, "synchronize_checkpoint_boundary": True, "profile": True}}
+    config = {
+        "train_batch_size": 8,
+        "activation_checkpointing": {
+            "partition_activations": False,
+            "cpu_checkpointing": True,
+            "contiguous_memory_optimization": True,
+            "number_checkpoints": 4,
+            "synchronize_checkpoint_boundary": True,
+            "profile": True,
+        },
+    }
     path = tmp_path / "ds_config.json"
     path.write_text(json.dumps(config))
     assert not checkpointing.is_configured()
@@ -114,25 +131,39 @@ def test_configure_reads_deepspeed_config_and_arguments_override(tmp_path):
         checkpointing.configure(None, deepspeed_config=source, checkpoint_in_cpu=False, num_checkpoints=2)
         s = impl._settings
         assert (s.checkpoint_in_cpu, s.contiguous_checkpointing, s.num_checkpoints, s.synchronize, s.profile) == (
-            False, True, 2, True, True)
+            False,
+            True,
+            2,
+            True,
+            True,
+        )
     assert checkpointing.is_configured() and checkpointing.get_profile() is not None
     checkpointing.configure(None)
     assert impl._settings == impl.Settings() and checkpointing.get_profile() is None
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    ({"num_checkpoints": 0}, ValueError, ["num_checkpoints=0", "positive int"]),
-    ({"num_checkpoints": -3}, ValueError, ["num_checkpoints=-3"]),
-    ({"num_checkpoints": 2.0}, ValueError, ["num_checkpoints=2.0"]),
-    ({"num_checkpoints": True}, ValueError, ["num_checkpoints=True"]),
-    ({"deepspeed_config": "/no/such/ds_config.json"}, ValueError, ["deepspeed_config='/no/such/ds_config.json'",
-                                                                    "no such file"]),
-    ({"deepspeed_config": {"activation_checkpointing": {"cpu_checkpoint": True}}}, ValueError,
-     ["unknown key 'cpu_checkpoint'", "cpu_checkpointing"]),
-    ({"deepspeed_config": 3}, TypeError, ["deepspeed_config=3"]),
-    ({"checkpoint_in_cpu": "yes"}, TypeError, ["checkpoint_in_cpu='yes'"]),
-    ({"mpu_": object()}, TypeError, ["mpu_=", "get_model_parallel_rank"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        ({"num_checkpoints": 0}, ValueError, ["num_checkpoints=0", "positive int"]),
+        ({"num_checkpoints": -3}, ValueError, ["num_checkpoints=-3"]),
+        ({"num_checkpoints": 2.0}, ValueError, ["num_checkpoints=2.0"]),
+        ({"num_checkpoints": True}, ValueError, ["num_checkpoints=True"]),
+        (
+            {"deepspeed_config": "/no/such/ds_config.json"},
+            ValueError,
+            ["deepspeed_config='/no/such/ds_config.json'", "no such file"],
+        ),
+        (
+            {"deepspeed_config": {"activation_checkpointing": {"cpu_checkpoint": True}}},
+            ValueError,
+            ["unknown key 'cpu_checkpoint'", "cpu_checkpointing"],
+        ),
+        ({"deepspeed_config": 3}, TypeError, ["deepspeed_config=3"]),
+        ({"checkpoint_in_cpu": "yes"}, TypeError, ["checkpoint_in_cpu='yes'"]),
+        ({"mpu_": object()}, TypeError, ["mpu_=", "get_model_parallel_rank"]),
+    ],
+)
 def test_configure_errors_name_the_argument(kwargs, error, words):
     with pytest.raises(error) as info:
         checkpointing.configure(**kwargs)
@@ -257,7 +288,7 @@ def test_contiguous_keeps_inputs_in_arenas():
     regions = region.live_regions()
     assert len(regions) == 4
     for r in regions:
-        kept, = r.stash.kept_tensors()
+        (kept,) = r.stash.kept_tensors()
         assert any(kept.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in arenas)
     del regions, r
     out.sum().backward()
@@ -278,8 +309,7 @@ def test_num_checkpoints_allocates_up_front_and_more_checkpoints_grow_the_pool()
 
 
 def test_eval_forwards_without_backward_then_reset_and_train():
-    checkpointing.configure(FakeMPU(0, 1), partition_activations=True, contiguous_checkpointing=True,
-                            num_checkpoints=4)
+    checkpointing.configure(FakeMPU(0, 1), partition_activations=True, contiguous_checkpointing=True, num_checkpoints=4)
     model = Layers(dropout=0.1)
     x = torch.randn(4, 16, requires_grad=True)
     want = _reference(model, x)
@@ -335,6 +365,7 @@ def test_recompute_count_per_layer(monkeypatch):
 
 
 # --- RNG tracker -------------------------------------------------------------------------------------------------
+
 
 def test_tracker_duplicate_seed_or_name_raises():
     tracker = checkpointing.CudaRNGStatesTracker()
@@ -423,6 +454,7 @@ def test_model_parallel_seed_differs_per_rank():
 
 # --- the rest of deepspeed.checkpointing's surface ------------------------------------------------------------------
 
+
 class TensorParallelMPU:
     """A Megatron-style mpu: only the tensor-model-parallel method names."""
 
@@ -495,8 +527,9 @@ def test_set_num_layers_and_partition_flag_keep_other_settings_and_do_not_config
     assert checkpointing.is_configured()
     checkpointing.set_num_layers(2)
     checkpointing.partition_activations_in_checkpoint(False)
-    assert checkpointing.get_settings() == impl.Settings(checkpoint_in_cpu=True, contiguous_checkpointing=True,
-                                                         num_checkpoints=2)
+    assert checkpointing.get_settings() == impl.Settings(
+        checkpoint_in_cpu=True, contiguous_checkpointing=True, num_checkpoints=2
+    )
     assert impl._reserve == 2, "the next step allocates the two arenas up front"
     for bad, error in ((0, ValueError), (True, ValueError), (2.0, ValueError)):
         with pytest.raises(error, match=f"set_num_layers\\(nlayers={bad!r}\\): expected a positive int"):
@@ -550,13 +583,16 @@ def test_deepspeed_private_names_megatron_imports():
     assert torch.equal(torch.rand(3), first)
 
 
-@pytest.mark.parametrize("name, words", [
-    ("get_partition_size", "configure(mpu_, partition_activations=True)"),
-    ("restore_offloaded_activations", "configure(checkpoint_in_cpu=True)"),
-    ("merge_tensors", "checkpoint(fn, *args, **kwargs)"),
-    ("PARTITION_ACTIVATIONS", "get_settings()"),
-    ("num_layers", "set_num_layers(n)"),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("get_partition_size", "configure(mpu_, partition_activations=True)"),
+        ("restore_offloaded_activations", "configure(checkpoint_in_cpu=True)"),
+        ("merge_tensors", "checkpoint(fn, *args, **kwargs)"),
+        ("PARTITION_ACTIVATIONS", "get_settings()"),
+        ("num_layers", "set_num_layers(n)"),
+    ],
+)
 def test_deepspeed_names_not_offered_say_what_to_use(name, words):
     with pytest.raises(AttributeError) as info:
         getattr(checkpointing, name)
@@ -566,8 +602,20 @@ def test_deepspeed_names_not_offered_say_what_to_use(name, words):
 
 def test_every_public_deepspeed_function_is_offered():
     """The callables of deepspeed.checkpointing a model uses (its documented API and Megatron's calls)."""
-    names = ["configure", "is_configured", "checkpoint", "non_reentrant_checkpoint", "CheckpointFunction", "reset",
-             "get_cuda_rng_tracker", "model_parallel_cuda_manual_seed", "model_parallel_reconfigure_tp_seed",
-             "set_num_layers", "partition_activations_in_checkpoint", "CudaRNGStatesTracker", "detach_variable"]
+    names = [
+        "configure",
+        "is_configured",
+        "checkpoint",
+        "non_reentrant_checkpoint",
+        "CheckpointFunction",
+        "reset",
+        "get_cuda_rng_tracker",
+        "model_parallel_cuda_manual_seed",
+        "model_parallel_reconfigure_tp_seed",
+        "set_num_layers",
+        "partition_activations_in_checkpoint",
+        "CudaRNGStatesTracker",
+        "detach_variable",
+    ]
     assert [n for n in names if not callable(getattr(checkpointing, n))] == []
     assert set(names) <= set(checkpointing.__all__)

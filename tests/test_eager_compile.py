@@ -1,5 +1,6 @@
 """The eager checkpointing APIs inside torch.compile(backend="remat"): no graph break at region boundaries, and
 the marked regions become planner constraints (recompute inside, unless a memory budget is given)."""
+
 from __future__ import annotations
 
 import copy
@@ -78,8 +79,10 @@ def _region_reasons(plan):
     return [d.reason for d in plan.decisions if d.reason.startswith("checkpoint region")]
 
 
-@pytest.mark.parametrize("api", ["checkpoint", "deepspeed", "checkpoint_wrapper", "apply_activation_checkpointing",
-                                 "set_activation_checkpointing"])
+@pytest.mark.parametrize(
+    "api",
+    ["checkpoint", "deepspeed", "checkpoint_wrapper", "apply_activation_checkpointing", "set_activation_checkpointing"],
+)
 def test_regions_compile_without_graph_break_and_are_recomputed(api):
     x = torch.randn(8, 32)
     want = _train_step(Net(), x)
@@ -95,8 +98,10 @@ def test_regions_compile_without_graph_break_and_are_recomputed(api):
     assert sorted({d.reason for d in recomputed}) == [f"checkpoint region {i}: recompute" for i in range(3)]
     assert sum(d.op == "aten.tanh.default" for d in recomputed) == 3
     saved = [d for d in plan.decisions if d.action is Action.SAVE and "output, read region" in d.reason]
-    assert [d.reason for d in saved] == ["checkpoint region 0: output, read region 1",
-                                          "checkpoint region 1: output, read region 2"]
+    assert [d.reason for d in saved] == [
+        "checkpoint region 0: output, read region 1",
+        "checkpoint region 1: output, read region 2",
+    ]
     assert plan.saved_bytes < _unwrapped_plan(x).saved_bytes
 
 
@@ -136,7 +141,7 @@ def test_memory_budget_wins_over_regions_and_the_plan_says_so():
 
 
 def test_checkpoint_regions_is_pure_and_deterministic():
-    captured, = capture_joints(Net("checkpoint"), torch.randn(8, 32))
+    (captured,) = capture_joints(Net("checkpoint"), torch.randn(8, 32))
     before = captured.joint.code
     graph = capture(captured.joint, captured.num_fwd_outputs)
     first = checkpoint_regions(captured.joint, graph)
@@ -145,14 +150,16 @@ def test_checkpoint_regions_is_pure_and_deterministic():
     assert dict(first.must_recompute) == dict(second.must_recompute) and first.count == 3
     assert region_count(captured.joint) == 3
     assert not set(first.must_save) & set(first.must_recompute)
-    assert sorted(first.must_save.values()) == ["checkpoint region 0: output, read region 1",
-                                                "checkpoint region 1: output, read region 2",
-                                                "checkpoint region 2: output, read outside the region"]
+    assert sorted(first.must_save.values()) == [
+        "checkpoint region 0: output, read region 1",
+        "checkpoint region 1: output, read region 2",
+        "checkpoint region 2: output, read outside the region",
+    ]
     assert all(graph[name].module_path.startswith("blocks.") for name in first.must_recompute)
 
 
 def test_unmarked_model_has_no_regions():
-    captured, = capture_joints(Net(), torch.randn(8, 32))
+    (captured,) = capture_joints(Net(), torch.randn(8, 32))
     graph = capture(captured.joint, captured.num_fwd_outputs)
     regions = checkpoint_regions(captured.joint, graph)
     assert regions.count == 0 and not regions.must_save and not regions.must_recompute
@@ -188,4 +195,5 @@ def test_regions_under_inductor():
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert sorted({r for r in _region_reasons(remat.last_plan()) if r.endswith(": recompute")}) == [
-        f"checkpoint region {i}: recompute" for i in range(3)]
+        f"checkpoint region {i}: recompute" for i in range(3)
+    ]

@@ -3,6 +3,7 @@
 One spawn runs every scenario on both ranks (starting processes is the slow part); each scenario records its
 measurements or its error, and the tests below check them one by one.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,9 @@ import torch.distributed as dist
 from torch import nn
 
 WORLD = 2
-pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
-                                reason="torch.distributed with gloo is not available")
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed with gloo is not available"
+)
 
 
 class GlooMPU:
@@ -73,9 +75,12 @@ def _partition_4x4(rank):
     ref.sum().backward()
     want += [x.grad, lin.weight.grad, lin.bias.grad]
     step = checkpointing.get_profile().steps[-1]
-    return {"kept_numel": [t.numel() for t in kept],
-            "kept_is_my_half": len(kept) == 1 and torch.equal(kept[0], x.detach().reshape(-1)[rank * 8:rank * 8 + 8]),
-            "equal": _equal(got, want), "gathers": step.calls["gather"]}
+    return {
+        "kept_numel": [t.numel() for t in kept],
+        "kept_is_my_half": len(kept) == 1 and torch.equal(kept[0], x.detach().reshape(-1)[rank * 8 : rank * 8 + 8]),
+        "equal": _equal(got, want),
+        "gathers": step.calls["gather"],
+    }
 
 
 def _contiguous_partition(rank):
@@ -88,8 +93,11 @@ def _contiguous_partition(rank):
     want = _step(layers, x, checkpointed=False)
     start, reuses = buffers.POOL.stats.allocations, buffers.POOL.stats.reuses
     equal = [_equal(_step(layers, x, checkpointed=True), want) for _ in range(3)]
-    return {"equal": equal, "allocations": buffers.POOL.stats.allocations - start,
-            "reuses": buffers.POOL.stats.reuses - reuses}
+    return {
+        "equal": equal,
+        "allocations": buffers.POOL.stats.allocations - start,
+        "reuses": buffers.POOL.stats.reuses - reuses,
+    }
 
 
 def _eval_then_reset(rank):
@@ -155,8 +163,17 @@ def _rank_dependent_input(rank):
     return {"raised": ""}
 
 
-SCENARIOS = {f.__name__.lstrip("_"): f for f in (_partition_4x4, _contiguous_partition, _eval_then_reset,
-                                                  _offload_partition, _seeds, _rank_dependent_input)}
+SCENARIOS = {
+    f.__name__.lstrip("_"): f
+    for f in (
+        _partition_4x4,
+        _contiguous_partition,
+        _eval_then_reset,
+        _offload_partition,
+        _seeds,
+        _rank_dependent_input,
+    )
+}
 
 
 def _worker(rank, init_file, out_dir):

@@ -1,4 +1,5 @@
 """smp, FairScale and modalities checkpointing APIs in eager mode: parity, recompute counts, arguments, errors."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -88,12 +89,15 @@ def gpt_reference():
     return config, idx, targets, _gpt_run(GPT(config), idx, targets)
 
 
-@pytest.mark.parametrize("variant, ac_freq, save_ops, recomputed_layers", [
-    ("full", None, None, [0, 1, 2, 3]),
-    ("selective_layer", 2, None, [1, 3]),
-    # nn.Linear with a bias dispatches addmm, so "save mm" names both matmul ops.
-    ("selective_op", None, ["aten.mm", "aten.addmm"], [0, 1, 2, 3]),
-])
+@pytest.mark.parametrize(
+    "variant, ac_freq, save_ops, recomputed_layers",
+    [
+        ("full", None, None, [0, 1, 2, 3]),
+        ("selective_layer", 2, None, [1, 3]),
+        # nn.Linear with a bias dispatches addmm, so "save mm" names both matmul ops.
+        ("selective_op", None, ["aten.mm", "aten.addmm"], [0, 1, 2, 3]),
+    ],
+)
 def test_gpt_parity_modalities(gpt_reference, monkeypatch, variant, ac_freq, save_ops, recomputed_layers):
     config, idx, targets, (ref_loss, ref_grads) = gpt_reference
     model = GPT(config)
@@ -136,8 +140,15 @@ class Variants(enum.Enum):
     SELECTIVE_OP_ACTIVATION_CHECKPOINTING = "selective_op_activation_checkpointing"
 
 
-@pytest.mark.parametrize("variant", ["FULL_ACTIVATION_CHECKPOINTING", "SELECTIVE_LAYER_ACTIVATION_CHECKPOINTING",
-                                     "SELECTIVE_OP_ACTIVATION_CHECKPOINTING", *Variants])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "FULL_ACTIVATION_CHECKPOINTING",
+        "SELECTIVE_LAYER_ACTIVATION_CHECKPOINTING",
+        "SELECTIVE_OP_ACTIVATION_CHECKPOINTING",
+        *Variants,
+    ],
+)
 def test_variant_enum_names(variant):
     model = nn.Module()
     model.layers = nn.ModuleList(Counted() for _ in range(4))
@@ -151,8 +162,9 @@ def test_save_ops_accepts_names_ops_and_modalities_keys():
     from remat.eager.wrappers import _save_set
 
     mm = torch.ops.aten.mm.default
-    assert _save_set(["aten.mm.default"]) == _save_set(["ops.aten.mm.default"]) == _save_set([mm]) == (
-        "aten.mm.default",)
+    assert (
+        _save_set(["aten.mm.default"]) == _save_set(["ops.aten.mm.default"]) == _save_set([mm]) == ("aten.mm.default",)
+    )
     assert _save_set("aten.addmm") == ("aten.addmm",)
 
 
@@ -173,12 +185,15 @@ def test_checkpoint_sequential_group_2_recomputes_5_regions(monkeypatch):
     assert_bitwise(grads(model), grads(ref))
 
 
-@pytest.mark.parametrize("strategy, regions", [
-    ("each", [[i] for i in reversed(range(10))]),
-    ("group_2", [[8, 9], [6, 7], [4, 5], [2, 3], [0, 1]]),
-    ("group_3", [[9], [6, 7, 8], [3, 4, 5], [0, 1, 2]]),
-    ("contiguous", [list(range(10))]),
-])
+@pytest.mark.parametrize(
+    "strategy, regions",
+    [
+        ("each", [[i] for i in reversed(range(10))]),
+        ("group_2", [[8, 9], [6, 7], [4, 5], [2, 3], [0, 1]]),
+        ("group_3", [[9], [6, 7, 8], [3, 4, 5], [0, 1, 2]]),
+        ("contiguous", [list(range(10))]),
+    ],
+)
 @pytest.mark.parametrize("entry", ["checkpoint_sequential", "set_activation_checkpointing"])
 def test_smp_strategies_region_sizes(monkeypatch, strategy, regions, entry):
     log: list[int] = []
@@ -269,16 +284,32 @@ class Matrix(nn.Module):
         self.frozen = nn.Linear(8, 8)
         self.frozen.requires_grad_(False)
 
-    def forward(self, x, flag: bool, n: int, extra=None, *, scale: float = 1.0, settings: Settings, table: dict,
-                pair: tuple = (None, 0)):
+    def forward(
+        self,
+        x,
+        flag: bool,
+        n: int,
+        extra=None,
+        *,
+        scale: float = 1.0,
+        settings: Settings,
+        table: dict,
+        pair: tuple = (None, 0),
+    ):
         h = torch.tanh(self.lin(x)) * scale * settings.gain + self.frozen(x)
         if flag:
             h = h * n
         if extra is not None:
             h = h + extra
         h = h + table["bias"] * pair[1]
-        return {"out": h, "count": n, "flag": flag, "none": None,
-                "mixed": (h.sum(), None, 3, True), "result": Result(h.exp(), settings.tag)}
+        return {
+            "out": h,
+            "count": n,
+            "flag": flag,
+            "none": None,
+            "mixed": (h.sum(), None, 3, True),
+            "result": Result(h.exp(), settings.tag),
+        }
 
 
 def _matrix_loss(out):
@@ -346,9 +377,9 @@ def test_third_order_gradients():
         return (torch.sin(lin(t)) * t.exp()).sum()
 
     def derivatives(fn):
-        g1, = torch.autograd.grad(fn(x), x, create_graph=True)
-        g2, = torch.autograd.grad(g1.sum(), x, create_graph=True)
-        g3, = torch.autograd.grad(g2.sum(), x)
+        (g1,) = torch.autograd.grad(fn(x), x, create_graph=True)
+        (g2,) = torch.autograd.grad(g1.sum(), x, create_graph=True)
+        (g3,) = torch.autograd.grad(g2.sum(), x)
         return [g1, g2, g3]
 
     assert_bitwise(derivatives(lambda t: remat.checkpoint(f, t)), derivatives(f))
@@ -406,32 +437,64 @@ def _ac_model():
     return model
 
 
-@pytest.mark.parametrize("call, error, words", [
-    (lambda m: remat.apply_activation_checkpointing(m, "partial", "layers"), ValueError, ["variant='partial'"]),
-    (lambda m: remat.apply_activation_checkpointing(m, "full", "head"), TypeError, ["layers_fqn='head'",
-                                                                                      "ModuleList"]),
-    (lambda m: remat.apply_activation_checkpointing(m, "full", "nope"), ValueError, ["layers_fqn='nope'"]),
-    (lambda m: remat.apply_activation_checkpointing(m, "selective_layer", "layers", ac_freq=0), ValueError,
-     ["ac_freq=0"]),
-    (lambda m: remat.apply_activation_checkpointing(m, "selective_layer", "layers", ac_freq=-2), ValueError,
-     ["ac_freq=-2"]),
-    (lambda m: remat.apply_activation_checkpointing(m, "selective_layer", "layers"), ValueError, ["ac_freq=None"]),
-    (lambda m: remat.apply_activation_checkpointing(m, "selective_op", "layers", save_ops=[]), ValueError,
-     ["save_ops=[]"]),
-    (lambda m: remat.apply_activation_checkpointing(m, "selective_op", "layers", save_ops=["aten.nonexistent_op"]),
-     ValueError, ["save_ops", "aten.nonexistent_op"]),
-    (lambda m: remat.apply_activation_checkpointing(m, "selective_op", "layers", save_ops=[42]), TypeError,
-     ["save_ops", "42"]),
-    (lambda m: remat.checkpoint_sequential(m.layers, torch.randn(2, 8)), TypeError, ["ModuleList", "Sequential"]),
-    (lambda m: remat.checkpoint_sequential(nn.Sequential(*m.layers), torch.randn(2, 8), strategy="group_0"),
-     ValueError, ["strategy='group_0'", "group_N"]),
-    (lambda m: remat.checkpoint_sequential(nn.Sequential(*m.layers), torch.randn(2, 8), strategy="groups_2"),
-     ValueError, ["strategy='groups_2'"]),
-    (lambda m: remat.set_activation_checkpointing(m.layers, strategy="group_2"), ValueError,
-     ["strategy='group_2'", "ModuleList"]),
-    (lambda m: remat.set_activation_checkpointing(m.head, strategy="every"), ValueError, ["strategy='every'"]),
-    (lambda m: remat.checkpoint(42, torch.randn(2)), TypeError, ["module_or_fn=42"]),
-])
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda m: remat.apply_activation_checkpointing(m, "partial", "layers"), ValueError, ["variant='partial'"]),
+        (
+            lambda m: remat.apply_activation_checkpointing(m, "full", "head"),
+            TypeError,
+            ["layers_fqn='head'", "ModuleList"],
+        ),
+        (lambda m: remat.apply_activation_checkpointing(m, "full", "nope"), ValueError, ["layers_fqn='nope'"]),
+        (
+            lambda m: remat.apply_activation_checkpointing(m, "selective_layer", "layers", ac_freq=0),
+            ValueError,
+            ["ac_freq=0"],
+        ),
+        (
+            lambda m: remat.apply_activation_checkpointing(m, "selective_layer", "layers", ac_freq=-2),
+            ValueError,
+            ["ac_freq=-2"],
+        ),
+        (lambda m: remat.apply_activation_checkpointing(m, "selective_layer", "layers"), ValueError, ["ac_freq=None"]),
+        (
+            lambda m: remat.apply_activation_checkpointing(m, "selective_op", "layers", save_ops=[]),
+            ValueError,
+            ["save_ops=[]"],
+        ),
+        (
+            lambda m: remat.apply_activation_checkpointing(
+                m, "selective_op", "layers", save_ops=["aten.nonexistent_op"]
+            ),
+            ValueError,
+            ["save_ops", "aten.nonexistent_op"],
+        ),
+        (
+            lambda m: remat.apply_activation_checkpointing(m, "selective_op", "layers", save_ops=[42]),
+            TypeError,
+            ["save_ops", "42"],
+        ),
+        (lambda m: remat.checkpoint_sequential(m.layers, torch.randn(2, 8)), TypeError, ["ModuleList", "Sequential"]),
+        (
+            lambda m: remat.checkpoint_sequential(nn.Sequential(*m.layers), torch.randn(2, 8), strategy="group_0"),
+            ValueError,
+            ["strategy='group_0'", "group_N"],
+        ),
+        (
+            lambda m: remat.checkpoint_sequential(nn.Sequential(*m.layers), torch.randn(2, 8), strategy="groups_2"),
+            ValueError,
+            ["strategy='groups_2'"],
+        ),
+        (
+            lambda m: remat.set_activation_checkpointing(m.layers, strategy="group_2"),
+            ValueError,
+            ["strategy='group_2'", "ModuleList"],
+        ),
+        (lambda m: remat.set_activation_checkpointing(m.head, strategy="every"), ValueError, ["strategy='every'"]),
+        (lambda m: remat.checkpoint(42, torch.randn(2)), TypeError, ["module_or_fn=42"]),
+    ],
+)
 def test_bad_arguments_name_the_argument(call, error, words):
     with pytest.raises(error) as info:
         call(_ac_model())
@@ -439,8 +502,10 @@ def test_bad_arguments_name_the_argument(call, error, words):
         assert word in str(info.value), (word, str(info.value))
 
 
-@pytest.mark.parametrize("value, offload", [({}, False), (None, False), (0, False), ([], False), ("yes", True),
-                                             ({"device": "cpu"}, True), (1, True)])
+@pytest.mark.parametrize(
+    "value, offload",
+    [({}, False), (None, False), (0, False), ([], False), ("yes", True), ({"device": "cpu"}, True), (1, True)],
+)
 def test_fairscale_offload_to_cpu_is_a_truth_value(value, offload):
     """FairScale tests `if offload_to_cpu`, so any value works and its truth decides."""
     model = remat.checkpoint_wrapper(Counted(), offload_to_cpu=value)
@@ -508,6 +573,7 @@ def test_wrapped_module_copies_and_pickles_with_its_wrapping(monkeypatch, tmp_pa
 
 # --- torch's call form of apply_activation_checkpointing ------------------------------------------------------------
 
+
 class Block(nn.Module):
     def __init__(self):
         super().__init__()
@@ -542,8 +608,9 @@ def _checkpointed(model):
 def test_torch_form_check_fn_parity_and_one_recompute_per_block(monkeypatch):
     model = _torch_model()
     ref = twin(model)
-    out = remat.apply_activation_checkpointing(model, checkpoint_wrapper_fn=remat.checkpoint_wrapper,
-                                               check_fn=lambda m: isinstance(m, Block))
+    out = remat.apply_activation_checkpointing(
+        model, checkpoint_wrapper_fn=remat.checkpoint_wrapper, check_fn=lambda m: isinstance(m, Block)
+    )
     assert out is model and _checkpointed(model) == ["0", "1"]
     runs = recompute_log(monkeypatch)
     x = torch.randn(4, 8, requires_grad=True)
@@ -605,15 +672,19 @@ def test_torch_form_callable_policy_sees_unwrapped_numel():
 @pytest.mark.parametrize("case", ["check_fn", "policy", "module_wrap_policy", "custom_policy"])
 def test_torch_form_wraps_what_torch_wraps_in_the_same_order(case):
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        apply_activation_checkpointing as torch_apply)
+        apply_activation_checkpointing as torch_apply,
+    )
     from torch.distributed.fsdp.wrap import CustomPolicy, ModuleWrapPolicy
 
     arguments = {
         "check_fn": {"check_fn": lambda m: isinstance(m, (Block, nn.Linear))},
         "policy": {"auto_wrap_policy": lambda module, recurse, nonwrapped_numel: recurse or nonwrapped_numel >= 72},
         "module_wrap_policy": {"auto_wrap_policy": ModuleWrapPolicy({Block, Counted})},
-        "custom_policy": {"auto_wrap_policy": CustomPolicy(
-            lambda m: {"offload_to_cpu": True} if isinstance(m, Counted) else isinstance(m, Block))},
+        "custom_policy": {
+            "auto_wrap_policy": CustomPolicy(
+                lambda m: {"offload_to_cpu": True} if isinstance(m, Counted) else isinstance(m, Block)
+            )
+        },
     }[case]
     logs = []
     for apply in (torch_apply, remat.apply_activation_checkpointing):
@@ -624,20 +695,35 @@ def test_torch_form_wraps_what_torch_wraps_in_the_same_order(case):
     assert logs[0] == logs[1] and len(logs[1]) >= 2
 
 
-@pytest.mark.parametrize("call, error, words", [
-    (lambda m: remat.apply_activation_checkpointing(m, "full", "layers", check_fn=lambda _: True), TypeError,
-     ["check_fn (torch's form) cannot be combined with variant='full'"]),
-    (lambda m: remat.apply_activation_checkpointing(m, layers_fqn="layers"), TypeError,
-     ["layers_fqn='layers'", "needs variant"]),
-    (lambda m: remat.apply_activation_checkpointing(m, "full"), TypeError, ["layers_fqn=None", "variant 'full'"]),
-    (lambda m: remat.apply_activation_checkpointing(m, check_fn=3), TypeError, ["check_fn=3"]),
-    (lambda m: remat.apply_activation_checkpointing(m, auto_wrap_policy=3), TypeError, ["auto_wrap_policy=3"]),
-    (lambda m: remat.apply_activation_checkpointing(m, checkpoint_wrapper_fn=3), TypeError,
-     ["checkpoint_wrapper_fn=3"]),
-    (lambda m: remat.apply_activation_checkpointing(m, remat.checkpoint_wrapper, check_fn=lambda _: True), TypeError,
-     ["positionally or by keyword, not both"]),
-    (lambda m: remat.apply_activation_checkpointing(3, check_fn=lambda _: True), TypeError, ["model=3"]),
-])
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (
+            lambda m: remat.apply_activation_checkpointing(m, "full", "layers", check_fn=lambda _: True),
+            TypeError,
+            ["check_fn (torch's form) cannot be combined with variant='full'"],
+        ),
+        (
+            lambda m: remat.apply_activation_checkpointing(m, layers_fqn="layers"),
+            TypeError,
+            ["layers_fqn='layers'", "needs variant"],
+        ),
+        (lambda m: remat.apply_activation_checkpointing(m, "full"), TypeError, ["layers_fqn=None", "variant 'full'"]),
+        (lambda m: remat.apply_activation_checkpointing(m, check_fn=3), TypeError, ["check_fn=3"]),
+        (lambda m: remat.apply_activation_checkpointing(m, auto_wrap_policy=3), TypeError, ["auto_wrap_policy=3"]),
+        (
+            lambda m: remat.apply_activation_checkpointing(m, checkpoint_wrapper_fn=3),
+            TypeError,
+            ["checkpoint_wrapper_fn=3"],
+        ),
+        (
+            lambda m: remat.apply_activation_checkpointing(m, remat.checkpoint_wrapper, check_fn=lambda _: True),
+            TypeError,
+            ["positionally or by keyword, not both"],
+        ),
+        (lambda m: remat.apply_activation_checkpointing(3, check_fn=lambda _: True), TypeError, ["model=3"]),
+    ],
+)
 def test_torch_form_errors_name_the_argument(call, error, words):
     with pytest.raises(error) as info:
         call(_ac_model())

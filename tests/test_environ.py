@@ -1,4 +1,5 @@
 """REMAT_OPTIONS: options for callers that name the backend but pass none (training frameworks, the HF Trainer)."""
+
 import importlib.util
 
 import pytest
@@ -42,17 +43,23 @@ def test_json_numbers_mean_what_python_numbers_mean():
     assert (config.budget_bytes(), config.save_ops, config.strict) == (2 * 1024 * MIB, ("aten.mm",), True)
 
 
-@pytest.mark.parametrize("raw, kind, says", [
-    ("{memory_budget: 1}", ValueError, r"not valid JSON .*e\.g\. REMAT_OPTIONS='\{\"memory_budget\": \"6GiB\""),
-    ('"6GiB"', ValueError, "expected a JSON object of remat options"),
-    ('["memory_budget", "6GiB"]', ValueError, "expected a JSON object of remat options"),
-    ('{"memory_budget": 1.5}', ValueError, 'a float budget is a fraction in \\[0, 1\\]; for bytes pass an int or a '
-                                           'string such as "1.5GiB"'),
-    ('{"memory_budget": "6 gigs"}', ValueError, "memory_budget"),
-    ('{"memory_budget": true}', TypeError, "memory_budget=True"),
-    ('{"memory_bugdet": "6GiB"}', ValueError, "did you mean 'memory_budget'"),
-    ('{"inner": "fast"}', ValueError, "inner='fast': expected one of 'inductor', 'aot_eager', 'eager'"),
-])
+@pytest.mark.parametrize(
+    "raw, kind, says",
+    [
+        ("{memory_budget: 1}", ValueError, r"not valid JSON .*e\.g\. REMAT_OPTIONS='\{\"memory_budget\": \"6GiB\""),
+        ('"6GiB"', ValueError, "expected a JSON object of remat options"),
+        ('["memory_budget", "6GiB"]', ValueError, "expected a JSON object of remat options"),
+        (
+            '{"memory_budget": 1.5}',
+            ValueError,
+            'a float budget is a fraction in \\[0, 1\\]; for bytes pass an int or a string such as "1.5GiB"',
+        ),
+        ('{"memory_budget": "6 gigs"}', ValueError, "memory_budget"),
+        ('{"memory_budget": true}', TypeError, "memory_budget=True"),
+        ('{"memory_bugdet": "6GiB"}', ValueError, "did you mean 'memory_budget'"),
+        ('{"inner": "fast"}', ValueError, "inner='fast': expected one of 'inductor', 'aot_eager', 'eager'"),
+    ],
+)
 def test_bad_values_name_the_variable_the_value_and_the_fix(raw, kind, says):
     with pytest.raises(kind, match=says) as info:
         config_from_environment({ENV_VAR: raw})
@@ -61,12 +68,16 @@ def test_bad_values_name_the_variable_the_value_and_the_fix(raw, kind, says):
 
 def test_a_bad_variable_fails_the_compile_that_reads_it(monkeypatch):
     monkeypatch.setenv(ENV_VAR, '{"memory_budget": -1}')
-    with pytest.raises(Exception, match=r"REMAT_OPTIONS='\{\"memory_budget\": -1\}': memory_budget=-1: a byte budget "
-                                        r"must be >= 0"):
+    with pytest.raises(
+        Exception,
+        match=r"REMAT_OPTIONS='\{\"memory_budget\": -1\}': memory_budget=-1: a byte budget "
+        r"must be >= 0",
+    ):
         step(torch.compile(CosMM(), backend="remat"))
 
 
 # The Hugging Face Trainer: a tiny GPT-2 (2 layers, d 32, random weights), two steps on CPU.
+
 
 def _hf_or_skip():
     missing = [name for name in ("transformers", "accelerate") if importlib.util.find_spec(name) is None]
@@ -81,15 +92,24 @@ def _tiny_trainer(transformers, tmp_path, model, **arguments):
     torch.manual_seed(0)
     data = [{"input_ids": torch.randint(0, 64, (16,)), "labels": torch.randint(0, 64, (16,))} for _ in range(4)]
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, use_cpu=True, report_to=[],
-        save_strategy="no", logging_strategy="no", disable_tqdm=True, **arguments)
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        **arguments,
+    )
     return transformers.Trainer(model=model, args=args, train_dataset=data)
 
 
 def _tiny_gpt2(transformers):
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
-                                     bos_token_id=0, eos_token_id=0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, bos_token_id=0, eos_token_id=0
+    )
     return transformers.GPT2LMHeadModel(config)
 
 
@@ -117,13 +137,16 @@ def test_trainer_torch_compile_backend_argument(monkeypatch, tmp_path):
     transformers = _hf_or_skip()
     monkeypatch.setenv(ENV_VAR, '{"memory_budget": "1MiB", "inner": "aot_eager"}')
     try:
-        trainer = _tiny_trainer(transformers, tmp_path, _tiny_gpt2(transformers), torch_compile=True,
-                                torch_compile_backend="remat")
+        trainer = _tiny_trainer(
+            transformers, tmp_path, _tiny_gpt2(transformers), torch_compile=True, torch_compile_backend="remat"
+        )
     except ValueError as exc:
         if "DynamoBackend" not in str(exc):
             raise
-        pytest.xfail(f"this accelerate rejects torch_compile_backend='remat' ({exc}); compile the model in place "
-                     "with model.compile(backend='remat') before handing it to the Trainer")
+        pytest.xfail(
+            f"this accelerate rejects torch_compile_backend='remat' ({exc}); compile the model in place "
+            "with model.compile(backend='remat') before handing it to the Trainer"
+        )
     before = len(remat.recent_plans())
     assert trainer.train().global_step == 2
     plans = remat.recent_plans()[before:]

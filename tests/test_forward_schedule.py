@@ -2,6 +2,7 @@
 computes from forward values alone (cos's derivative sin(x)) runs in the forward as soon as its inputs exist when the
 plan saves it, so the values it reads are released where they would be without it — in the schedule the simulation
 scores and in the forward module that runs."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,8 +30,11 @@ def _sin_saved(depth=3):
     sins = [v.name for v in problem.graph.values if v.op == "aten.sin.default"]
     assert len(sins) == depth + 1 and all(a.index[s] > boundary for s in sins)  # traced in the backward part
     # save each mm's input (cos_k) and sin of each cos input instead of the mm outputs
-    saved = {v.name for v in problem.graph.values if v.op == "aten.cos.default" and v.users
-             and any(problem.graph[u].op == "aten.mm.default" for u in v.users)} | set(sins)
+    saved = {
+        v.name
+        for v in problem.graph.values
+        if v.op == "aten.cos.default" and v.users and any(problem.graph[u].op == "aten.mm.default" for u in v.users)
+    } | set(sins)
     return model, x, captured, problem, problem.resolve_saved(saved), sins
 
 
@@ -43,7 +47,7 @@ def test_a_saved_backward_part_value_runs_right_after_its_input():
             assert order.index(s) == order.index(source) + 1, order
     # op by op (aot_eager, eager) the joint graph's order stands: every sin after the forward's last op
     unfused = forward_order(dataclasses.replace(problem, fuses=False), resolved)
-    assert unfused[-len(sins):] == sins, unfused
+    assert unfused[-len(sins) :] == sins, unfused
     assert simulate(problem, resolved).saved_bytes == 7 * MIB
 
 

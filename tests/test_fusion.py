@@ -2,6 +2,7 @@
 are held for the next allocation of their size, recomputation from saved values alone runs with the first kernel
 reading them where inductor fuses freely (no budget, or no fusion barrier), each backward segment keeps its place
 under a budget; and explain under inner="inductor" plans the graph a compile plans."""
+
 import contextlib
 import copy
 import types
@@ -115,7 +116,10 @@ def test_explain_plans_the_graph_an_inductor_compile_plans(budget):
     plan = remat.last_plan()
     assert [(d.name, d.action) for d in explained.decisions] == [(d.name, d.action) for d in plan.decisions]
     assert (explained.peak_bytes, explained.saved_bytes, explained.recompute_flops) == (
-        plan.peak_bytes, plan.saved_bytes, plan.recompute_flops)
+        plan.peak_bytes,
+        plan.saved_bytes,
+        plan.recompute_flops,
+    )
 
 
 class Recompute(nn.Module):
@@ -142,6 +146,7 @@ def no_barrier(monkeypatch):
 
 def test_recomputation_from_saved_values_alone_is_allocated_with_their_first_backward_reader(no_barrier):
     x = torch.randn(512, 512, requires_grad=True)
+
     def sin(info):
         return remat.Action.RECOMPUTE if info.op == "aten.sin.default" else None
 
@@ -186,15 +191,22 @@ def test_a_gradient_read_only_by_pointwise_kernels_gets_no_buffer_under_inductor
     def backward_cos(planned):
         # aot_autograd traced it in backward: a backward node for the default partition, a forward value left to
         # backward for min-cut's view of the graph (inductor)
-        (cos,) = [v.name for v in planned.problem.graph.values
-                  if v.op == "aten.cos.default" and (v.role.name == "BACKWARD" or "backward_formula" in v.tags)]
+        (cos,) = [
+            v.name
+            for v in planned.problem.graph.values
+            if v.op == "aten.cos.default" and (v.role.name == "BACKWARD" or "backward_formula" in v.tags)
+        ]
         return cos
 
     assert backward_cos(eager) in _buffers(eager)
     assert backward_cos(fused) not in _buffers(fused)  # the multiply computes it in its own loop
-    (mul,) = [v.name for v in fused.problem.graph.values
-              if v.op == "aten.mul.Tensor" and v.role.name == "BACKWARD" and backward_cos(fused) in v.inputs]
+    (mul,) = [
+        v.name
+        for v in fused.problem.graph.values
+        if v.op == "aten.mul.Tensor" and v.role.name == "BACKWARD" and backward_cos(fused) in v.inputs
+    ]
     assert mul in _buffers(fused)  # an mm reads the gradient: it is written out
+
     # op by op, cos(h) is written while h is still live; under inductor h is read where the multiply runs, and the
     # step where cos ran holds 1 MiB less
     def live_at_cos(planned):
@@ -234,6 +246,7 @@ class SinCos(nn.Module):
 def _recompute(*ops):
     def policy(info):
         return remat.Action.RECOMPUTE if info.op in ops else None
+
     return policy
 
 
@@ -241,8 +254,11 @@ def _recomputed_buffers(planned):
     """Recomputed values that get a buffer of their own in backward."""
     life = lifetimes(planned.problem, planned.resolved)
     names = planned.problem.arrays.names
-    return {names[owner] for owner, first, _ in life.spans
-            if first >= len(life.fw) and names[owner] in planned.resolved.recomputed}
+    return {
+        names[owner]
+        for owner, first, _ in life.spans
+        if first >= len(life.fw) and names[owner] in planned.resolved.recomputed
+    }
 
 
 def test_a_recomputed_value_read_only_by_pointwise_loops_gets_no_buffer_under_inductor():
@@ -281,6 +297,7 @@ def test_a_recomputed_loop_runs_with_the_earlier_loop_reading_the_same_parameter
         if info.op == "aten.mul.Tensor" or (info.op == "aten.mm.default" and info.shape == (512, 256)):
             return remat.Action.RECOMPUTE
         return None
+
     eager = _planned(SharedTable(), x, inner="aot_eager", memory_budget=None, policy=policy)
     fused = _planned(SharedTable(), x, inner="inductor", memory_budget=None, policy=policy)
 
@@ -344,8 +361,9 @@ def test_mark_blocks_numbers_the_segments_of_the_backward_module():
 
 def _snode(*origins):
     """A stand-in for an inductor scheduler node computing `origins` (fx nodes) in one loop."""
-    return types.SimpleNamespace(get_nodes=lambda: [types.SimpleNamespace(node=types.SimpleNamespace(
-        origins=list(origins)))])
+    return types.SimpleNamespace(
+        get_nodes=lambda: [types.SimpleNamespace(node=types.SimpleNamespace(origins=list(origins)))]
+    )
 
 
 def _marked(name, block=None):
@@ -361,8 +379,11 @@ def test_the_barrier_refuses_horizontal_fusion_across_segments_only(monkeypatch)
     from torch._inductor.virtualized import V
 
     asked = []
-    monkeypatch.setattr(InductorChoices, "can_fuse_horizontal",
-                        staticmethod(lambda scheduler, a, b, score: asked.append((a, b)) or True))
+    monkeypatch.setattr(
+        InductorChoices,
+        "can_fuse_horizontal",
+        staticmethod(lambda scheduler, a, b, score: asked.append((a, b)) or True),
+    )
     gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
     r1, r1b, g1 = _snode(_marked("r1", 1)), _snode(_marked("r1b", 1)), _snode(_marked("g1", 1))
     r2, g2 = _snode(_marked("r2", 2)), _snode(_marked("g2", 2))

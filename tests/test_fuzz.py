@@ -16,6 +16,7 @@ The normal suite runs CASES cases (three budgets per graph). The long run is one
 REMAT_FUZZ_SEED shifts the graph seeds to explore graphs the suite never ran. A failure names its graph seed and
 budget; `random_model(seed, size, FUZZ_KINDS)` rebuilds the graph.
 """
+
 from __future__ import annotations
 
 import math
@@ -71,8 +72,7 @@ def run_split(fw, bw, num_fwd_outputs: int, primals: list, seed: int):
     saved_names = [a.name for a in list(fw.graph.nodes)[-1].args[0]][num_fwd_outputs:]
     env = dict(zip(saved_names, outs[num_fwd_outputs:]))
     loss = outs[0]
-    args = [env[p.name] if p.name in env else torch.ones_like(loss)
-            for p in bw.graph.nodes if p.op == "placeholder"]
+    args = [env[p.name] if p.name in env else torch.ones_like(loss) for p in bw.graph.nodes if p.op == "placeholder"]
     return loss, list(bw(*args))
 
 

@@ -1,4 +1,5 @@
 """What remat decided, told without code: the summary on the `remat` logger, the plan in torch's structured trace."""
+
 import json
 import logging
 import os
@@ -48,7 +49,10 @@ def test_the_full_plan_goes_to_the_structured_trace(monkeypatch):
     assert payload["decisions"] == plan.to_records()
     assert payload["summary"] == plan.summary() and payload["compile_id"] == "0/0"
     assert (payload["budget_bytes"], payload["peak_bytes"], payload["saved_bytes"]) == (
-        plan.budget_bytes, plan.peak_bytes, plan.saved_bytes)
+        plan.budget_bytes,
+        plan.peak_bytes,
+        plan.saved_bytes,
+    )
     assert payload["baseline"]["peak_bytes"] == plan.baseline.peak_bytes
 
 
@@ -82,12 +86,12 @@ def test_torch_trace_holds_the_remat_plan_artifact(tmp_path):
     lines = [line for path in tmp_path.glob("*.log") for line in path.read_text().splitlines()]
     heads = [i for i, line in enumerate(lines) if '"name": "remat_plan"' in line]
     assert len(heads) == 1, "one graph compiled: one remat_plan artifact"
-    head = json.loads(lines[heads[0]][lines[heads[0]].index("{"):])
+    head = json.loads(lines[heads[0]][lines[heads[0]].index("{") :])
     assert head["artifact"] == {"name": "remat_plan", "encoding": "json"}
     assert (head["frame_id"], head["frame_compile_id"]) == (0, 0)
     # The payload follows its header, one tab-indented line each (tlparse's format).
     payload = []
-    for line in lines[heads[0] + 1:]:
+    for line in lines[heads[0] + 1 :]:
         if not line.startswith("\t"):
             break
         payload.append(line[1:])

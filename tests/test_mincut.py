@@ -1,6 +1,7 @@
 """mincut is feasible wherever greedy is: on a 6-layer MLP, a 2-layer GPT-style model and 50 seeded random graphs,
 at fractions 0.0, 0.1, ..., 1.0 of the way from greedy's least peak to the baseline peak, mincut meets every byte
 budget greedy meets (benchmarks/solver_misses.py counts the misses, under inductor too)."""
+
 import sys
 from pathlib import Path
 

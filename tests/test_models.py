@@ -1,6 +1,7 @@
 """Parity on real architectures: loss, every parameter gradient, BatchNorm running statistics and the RNG state after
 the step equal the uncompiled model's — bitwise with aot_eager on CPU fp32, dropout active — under budgets None,
 0.5, 0.0 and bytes; a smaller set with inductor to rtol 1e-5."""
+
 from __future__ import annotations
 
 import copy
@@ -17,8 +18,16 @@ from models import BUILDERS, Case
 SEED = 1234
 BUDGETS = (None, 0.5, 0.0, "bytes")
 # A byte budget per model between its least reachable peak and its baseline peak (the largest graph's).
-BYTE_BUDGETS = {"gpt2": 450_000, "bert": 250_000, "llama": "300KB", "t5": "450KB", "resnet": 120_000,
-                "vit": 250_000, "moe": "100KB", "convnet": 130_000}
+BYTE_BUDGETS = {
+    "gpt2": 450_000,
+    "bert": 250_000,
+    "llama": "300KB",
+    "t5": "450KB",
+    "resnet": 120_000,
+    "vit": 250_000,
+    "moe": "100KB",
+    "convnet": 130_000,
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,8 +91,11 @@ def test_dropout_and_batchnorm_are_live(name):
     torch.manual_seed(SEED + 1)
     other = model(*c.inputs).detach()
     assert torch.equal(other, want["loss"]) is not c.dropout
-    moved = [n for n, b in want["buffers"].items() if "running_mean" in n and not torch.equal(b, dict(
-        c.model.named_buffers())[n])]
+    moved = [
+        n
+        for n, b in want["buffers"].items()
+        if "running_mean" in n and not torch.equal(b, dict(c.model.named_buffers())[n])
+    ]
     assert bool(moved) is c.batchnorm
     assert all(g is not None for g in want["grads"].values()), "every parameter reaches the loss"
 

@@ -5,6 +5,7 @@ Each notebook runs in a Jupyter kernel of the interpreter running pytest (a kern
 temporary folder for the duration, see build.own_kernel), with notebooks/ as working directory; a cell that raises
 fails its test.
 """
+
 import importlib.util
 import shutil
 import subprocess
@@ -43,7 +44,8 @@ def _read(name):
 def test_every_notebook_has_a_source():
     assert ON_DISK == SOURCES, (
         f"notebooks on disk {ON_DISK} differ from their percent-format sources {SOURCES}: add the .py source, or run "
-        "`python notebooks/build.py` to write the missing .ipynb")
+        "`python notebooks/build.py` to write the missing .ipynb"
+    )
 
 
 def test_kernel_runs_this_interpreter(kernel):
@@ -57,8 +59,10 @@ def test_kernel_runs_this_interpreter(kernel):
 def test_cells_match_source(name):
     on_disk = [(c.cell_type, c.source) for c in _read(name).cells]
     built = [(c.cell_type, c.source) for c in build.build(name).cells]
-    assert on_disk == built, (f"notebooks/{name}.ipynb differs from notebooks/{name}.py: edit the source, then run "
-                              f"`python notebooks/build.py {name}`")
+    assert on_disk == built, (
+        f"notebooks/{name}.ipynb differs from notebooks/{name}.py: edit the source, then run "
+        f"`python notebooks/build.py {name}`"
+    )
 
 
 @pytest.mark.parametrize("name", ON_DISK)
@@ -67,13 +71,18 @@ def test_committed_executed(name):
     nbformat.validate(nb)
     cells = [c for c in nb.cells if c.cell_type == "code"]
     assert [c.execution_count for c in cells] == list(range(1, len(cells) + 1)), (
-        f"notebooks/{name}.ipynb is not executed top to bottom: run `python notebooks/build.py {name}`")
+        f"notebooks/{name}.ipynb is not executed top to bottom: run `python notebooks/build.py {name}`"
+    )
     assert any(c.outputs for c in cells), f"notebooks/{name}.ipynb has no outputs"
     errors = [o for c in cells for o in c.outputs if o.output_type == "error"]
     assert not errors, f"notebooks/{name}.ipynb holds error outputs: {[e.ename for e in errors]}"
     if (ROOT / ".git").exists() and shutil.which("git"):
-        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", f"notebooks/{name}.ipynb"], cwd=ROOT,
-                                 check=False, capture_output=True)
+        tracked = subprocess.run(
+            ["git", "ls-files", "--error-unmatch", f"notebooks/{name}.ipynb"],
+            cwd=ROOT,
+            check=False,
+            capture_output=True,
+        )
         assert tracked.returncode == 0, f"notebooks/{name}.ipynb is not tracked by git: `git add` it, executed"
 
 

@@ -1,5 +1,6 @@
 """runtime/table.py is the one declaration of each checkpoint op: the registered ops, the actions that move saved
 values, the profile keys, and what the rewrite and the simulation do with a move all come from it."""
+
 import copy
 import dataclasses
 
@@ -23,8 +24,9 @@ MIB = 2**20
 
 def test_every_registered_remat_op_has_exactly_one_entry():
     # torch lists every registered op by qualified name (a private call; tests are outside remat's torch boundary).
-    registered = sorted(name.split("::")[1] for name in torch._C._dispatch_get_all_op_names()
-                        if name.startswith(f"{table.NAMESPACE}::"))
+    registered = sorted(
+        name.split("::")[1] for name in torch._C._dispatch_get_all_op_names() if name.startswith(f"{table.NAMESPACE}::")
+    )
     declared = [op.name for op in table.OPS]
     assert len(set(declared)) == len(declared)
     assert registered == sorted(declared)
@@ -34,8 +36,12 @@ def test_every_registered_remat_op_has_exactly_one_entry():
 
 X = torch.arange(15.0).view(3, 5)
 SAMPLES = {
-    "offload": (X,), "reload": (X, torch.device("cpu")), "shard": (X, 1, 2), "arena_store": (X, -7, 1),
-    "arena_pack": ([X, X.t()], -8), "mark": (X, -1, "recompute0", "recompute", 0, True),
+    "offload": (X,),
+    "reload": (X, torch.device("cpu")),
+    "shard": (X, 1, 2),
+    "arena_store": (X, -7, 1),
+    "arena_pack": ([X, X.t()], -8),
+    "mark": (X, -1, "recompute0", "recompute", 0, True),
 }
 
 
@@ -43,7 +49,8 @@ SAMPLES = {
 def test_each_ops_fake_implementation_agrees_with_its_kernel(op):
     """The fake implementation declared in the table is the one torch.library runs, and it matches the kernel."""
     assert torch.library.opcheck(op.overload, SAMPLES[op.name], test_utils=("test_faketensor",)) == {
-        "test_faketensor": "SUCCESS"}
+        "test_faketensor": "SUCCESS"
+    }
 
 
 def test_every_action_that_moves_a_value_has_exactly_one_move():

@@ -7,6 +7,7 @@
   rises as the budget falls, and a bound it reports is at most the cost of every plan it knows meeting the budget.
 - compare_solvers on benchmark-like models (GPT-style, Llama-style, MLP) shows gap >= 0 on every feasible row.
 """
+
 from __future__ import annotations
 
 import functools
@@ -113,8 +114,19 @@ def check_graph(seed: int, inner: str) -> tuple[float, list[float]]:
     evaluator = Evaluator(problem, TIME_LIMIT)
     base, least = evaluator.baseline().peak, SOLVERS["auto"](problem, 0, evaluator).peak
     rng = random.Random(seed)
-    budgets = sorted({2 * base, base, least + (base - least) // 2, least + (base - least) // 5, least, least - 1, 0,
-                      *(rng.randint(least, base) for _ in range(3))}, reverse=True)
+    budgets = sorted(
+        {
+            2 * base,
+            base,
+            least + (base - least) // 2,
+            least + (base - least) // 5,
+            least,
+            least - 1,
+            0,
+            *(rng.randint(least, base) for _ in range(3)),
+        },
+        reverse=True,
+    )
     spent, gaps, last = 0.0, [], None
     for budget in budgets:
         start = time.perf_counter()
@@ -150,9 +162,11 @@ def test_optimal_on_random_graphs():
             spent, found = check_graph(seed, inner)
             times.append(spent)
             gaps += found
-    print(f"\n{len(GRAPHS)} graphs x {len(INNERS)} inner models: optimal's planning max {max(times):.2f} s, "
-          f"total {sum(times):.1f} s; {len(gaps)} bounded plans, gap max {max(gaps, default=0):.3f}, "
-          f"mean {sum(gaps) / max(len(gaps), 1):.3f}")
+    print(
+        f"\n{len(GRAPHS)} graphs x {len(INNERS)} inner models: optimal's planning max {max(times):.2f} s, "
+        f"total {sum(times):.1f} s; {len(gaps)} bounded plans, gap max {max(gaps, default=0):.3f}, "
+        f"mean {sum(gaps) / max(len(gaps), 1):.3f}"
+    )
 
 
 def test_a_fresh_evaluator_gives_the_same_plans():
@@ -162,17 +176,21 @@ def test_a_fresh_evaluator_gives_the_same_plans():
     shared = Evaluator(problem, TIME_LIMIT)
     least, base = optimal.solve(problem, 0, shared).peak, shared.baseline().peak
     for budget in (least, (base + least) // 2, base):  # the shared one has traced deeper each time
-        assert optimal.solve(problem, budget, Evaluator(problem, TIME_LIMIT)).chosen == \
-            optimal.solve(problem, budget, shared).chosen
+        assert (
+            optimal.solve(problem, budget, Evaluator(problem, TIME_LIMIT)).chosen
+            == optimal.solve(problem, budget, shared).chosen
+        )
 
 
 def models():
     config = GPTConfig(vocab=128, n_layer=2, d_model=64, n_head=4, seq_len=32)
     batch = make_gpt_batch(config, 2)
     llama = GPTConfig(vocab=128, n_layer=2, d_model=64, n_head=4, seq_len=32, dropout=0.0)
-    return {"gpt": (functools.partial(gpt_loss, GPT(config)), batch),
-            "llama": (functools.partial(gpt_loss, Llama(llama)), batch),
-            "mlp": (functools.partial(mlp_loss, MLP(256, 6)), (make_mlp_batch(256, 32),))}
+    return {
+        "gpt": (functools.partial(gpt_loss, GPT(config)), batch),
+        "llama": (functools.partial(gpt_loss, Llama(llama)), batch),
+        "mlp": (functools.partial(mlp_loss, MLP(256, 6)), (make_mlp_batch(256, 32),)),
+    }
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
 """What an installed remat carries besides its modules."""
+
 import sys
 import zipfile
 from pathlib import Path
@@ -31,8 +32,23 @@ def test_wheel_contains_py_typed(tmp_path):
     shutil.copytree(ROOT / "remat", source / "remat", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
-                            "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, cwd=tmp_path)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert build.returncode == 0, build.stderr
     (wheel,) = (tmp_path / "dist").glob("remat-*.whl")
     assert "remat/py.typed" in zipfile.ZipFile(wheel).namelist()
@@ -40,6 +56,7 @@ def test_wheel_contains_py_typed(tmp_path):
 
 # The torch versions remat supports are one fact stated in four places: pyproject's requirement, the guard's message
 # (remat/_torch/guard.py), the README's matrix and the matrix script. These tests keep them the same.
+
 
 def _pyproject():
     if sys.version_info < (3, 11):
@@ -57,17 +74,23 @@ def _minor(version: str) -> tuple[int, int]:
 def readme_matrix() -> list[str]:
     """The torch versions of the README's matrix, the first column of the table under "### torch versions"."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("### torch versions"):]
-    section = section[:section.index("\n#", 1)]
-    return [line.split("|")[1].strip().strip("`") for line in section.splitlines()
-            if line.startswith("| `2.") or line.startswith("| 2.")]
+    section = text[text.index("### torch versions") :]
+    section = section[: section.index("\n#", 1)]
+    return [
+        line.split("|")[1].strip().strip("`")
+        for line in section.splitlines()
+        if line.startswith("| `2.") or line.startswith("| 2.")
+    ]
 
 
 def test_pyproject_requires_the_oldest_tested_torch():
     from remat._torch import SUPPORTED_TORCH
 
-    torch_requirements = [d.replace(" ", "") for d in _pyproject()["project"]["dependencies"]
-                          if d.split(">")[0].split("=")[0].split("<")[0].strip() == "torch"]
+    torch_requirements = [
+        d.replace(" ", "")
+        for d in _pyproject()["project"]["dependencies"]
+        if d.split(">")[0].split("=")[0].split("<")[0].strip() == "torch"
+    ]
     assert torch_requirements == [f"torch>={SUPPORTED_TORCH[0]}"] == ["torch>=2.11"]
 
 
@@ -89,7 +112,7 @@ def test_readme_matrix_spans_the_supported_range_and_matches_the_script():
     assert _minor(versions[0]) == _minor(SUPPORTED_TORCH[0]) and _minor(versions[-1]) == _minor(SUPPORTED_TORCH[1])
     script = (ROOT / "scripts" / "test_matrix.sh").read_text()
     matrix_line = next(line for line in script.splitlines() if line.startswith("MATRIX=("))
-    assert matrix_line[len("MATRIX=("):matrix_line.index(")")].split() == versions
+    assert matrix_line[len("MATRIX=(") : matrix_line.index(")")].split() == versions
 
 
 def test_the_torch_running_the_suite_is_in_the_matrix():
@@ -99,4 +122,5 @@ def test_the_torch_running_the_suite_is_in_the_matrix():
     listed = {_minor(v) for v in readme_matrix()}
     assert running in listed, (
         f"the suite runs on torch {torch.__version__}, which README's torch versions matrix does not list: add it "
-        f"there, to scripts/test_matrix.sh and to remat._torch.SUPPORTED_TORCH once the suite passes on it")
+        f"there, to scripts/test_matrix.sh and to remat._torch.SUPPORTED_TORCH once the suite passes on it"
+    )

@@ -1,4 +1,5 @@
 """Gradients equal those of the uncompiled model: bitwise with aot_eager on CPU fp32, dropout included."""
+
 import copy
 
 import pytest
@@ -39,8 +40,9 @@ def reference():
 @pytest.mark.parametrize("budget", BUDGETS, ids=str)
 def test_gpt_with_dropout_bitwise_aot_eager(reference, budget):
     model, batch, (loss, grads, after) = reference
-    compiled = torch.compile(copy.deepcopy(model), backend="remat",
-                             options={"memory_budget": budget, "inner": "aot_eager"})
+    compiled = torch.compile(
+        copy.deepcopy(model), backend="remat", options={"memory_budget": budget, "inner": "aot_eager"}
+    )
     got_loss, got_grads, got_after = step(compiled, batch)
     plan = remat.last_plan()
     assert torch.equal(got_loss, loss)

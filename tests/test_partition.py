@@ -1,5 +1,6 @@
 """partition="world" with two gloo processes on CPU: each rank keeps half of every partitioned value, gradients
 equal the single-process run, and ranks that plan differently fail with an error naming the decision."""
+
 import copy
 import json
 import math
@@ -16,8 +17,14 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 
 def make_model(width=256):
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(128, width), torch.nn.GELU(), torch.nn.Dropout(0.1),
-                               torch.nn.Linear(width, width), torch.nn.Tanh(), torch.nn.Linear(width, 1))
+    return torch.nn.Sequential(
+        torch.nn.Linear(128, width),
+        torch.nn.GELU(),
+        torch.nn.Dropout(0.1),
+        torch.nn.Linear(width, width),
+        torch.nn.Tanh(),
+        torch.nn.Linear(width, 1),
+    )
 
 
 # Odd shapes: 33 rows of 255 features, so each partitioned activation has an odd element count and its two shards
@@ -61,12 +68,18 @@ def worker(rank, world, init, out, mode):
             result = {"error": f"{type(exc).__name__}: {exc}"}
         else:
             plan = remat.last_plan()
-            result = {"loss": loss, "grads": grads, "fingerprint": plan.fingerprint(),
-                      "partitioned": [(d.name, d.nbytes, d.kept) for d in plan.decisions
-                                      if d.action is remat.Action.PARTITION]}
+            result = {
+                "loss": loss,
+                "grads": grads,
+                "fingerprint": plan.fingerprint(),
+                "partitioned": [
+                    (d.name, d.nbytes, d.kept) for d in plan.decisions if d.action is remat.Action.PARTITION
+                ],
+            }
             if mode == "odd":
-                result["partitioned_shapes"] = [(list(d.shape), d.dtype) for d in plan.decisions
-                                                if d.action is remat.Action.PARTITION]
+                result["partitioned_shapes"] = [
+                    (list(d.shape), d.dtype) for d in plan.decisions if d.action is remat.Action.PARTITION
+                ]
                 result["shard"], result["gather"] = profiled("shard"), profiled("gather")
         with open(f"{out}/rank{rank}.json", "w") as f:
             json.dump(result, f)
@@ -117,8 +130,10 @@ def test_partition_of_odd_sized_values_checks_under_debug_and_matches_single_pro
         shapes = result["partitioned_shapes"]
         assert shapes and all(math.prod(shape) % 2 == 1 for shape, _ in shapes), shapes
         # ceil(numel / 2) elements per rank, in the value's dtype (fp32 activations, a bool dropout mask)
-        shards = [-(-math.prod(shape) // 2) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
-                  for shape, dtype in shapes]
+        shards = [
+            -(-math.prod(shape) // 2) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+            for shape, dtype in shapes
+        ]
         assert [kept for _, _, kept in result["partitioned"]] == shards
         expected = sum(shards)
         assert result["shard"] == [len(shapes), expected]
@@ -135,4 +150,3 @@ def test_partition_over_ranks_with_different_data_raises_instead_of_mixing_them(
             error = result.get("error", "")
             assert error.startswith("PartitionMismatch: partition: the saved value"), (mode, error)
             assert "tensor-/model-parallel group" in error
-

@@ -1,4 +1,5 @@
 """Exact plans on cos → 5 × (mm 512² → cos): every activation is 1 MiB, so bytes and counts are integers."""
+
 import copy
 
 import pytest
@@ -37,7 +38,7 @@ def counts(p):
 def test_no_budget_saves_what_the_default_partition_saves(joint):
     gm = copy.deepcopy(joint.joint)
     fw, _ = default_partition(gm, None, num_fwd_outputs=joint.num_fwd_outputs)
-    outputs = list(fw.graph.find_nodes(op="output"))[0].args[0][joint.num_fwd_outputs:]
+    outputs = list(fw.graph.find_nodes(op="output"))[0].args[0][joint.num_fwd_outputs :]
     graph = capture(joint.joint, joint.num_fwd_outputs)
     default_storages = {graph[n.name].storage for n in outputs if graph[graph[n.name].storage].role is Role.FORWARD}
     p = plan(joint, memory_budget=None, inner="aot_eager")
@@ -51,7 +52,7 @@ def test_no_budget_under_inductor_saves_what_min_cut_saves(joint):
 
     gm = copy.deepcopy(joint.joint)
     fw, _ = min_cut_rematerialization_partition(gm, None, num_fwd_outputs=joint.num_fwd_outputs)
-    outputs = list(fw.graph.find_nodes(op="output"))[0].args[0][joint.num_fwd_outputs:]
+    outputs = list(fw.graph.find_nodes(op="output"))[0].args[0][joint.num_fwd_outputs :]
     planned = plan_joint(copy.deepcopy(joint.joint), joint.num_fwd_outputs, RematConfig(inner="inductor"))
     p = planned.plan
     assert p.baseline.kind == "inductor min-cut partition"

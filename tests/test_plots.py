@@ -1,4 +1,5 @@
 """Figures (timeline, Pareto) checked on their Line2D data, and the budget sweep's rows checked against the planner."""
+
 import dataclasses
 import inspect
 import io
@@ -74,6 +75,7 @@ def baseline_timeline(p):
 
 # --- timeline -------------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("budget", [0.5, 0.0, "4MiB"])
 def test_timeline_lines_are_the_plan_the_baseline_and_the_budget(joint, budget):
     p = planned(joint, memory_budget=budget)
@@ -122,12 +124,23 @@ def test_timeline_baseline_defaults_to_the_plans_field(joint):
 def hand_plan(budget=None):
     """x, y forward; backward recomputes x, then runs gy, gx. Baseline: x, y forward; gy, gx backward."""
     names = ("x", "y", "gy", "gx")
-    tl = Timeline((0, 1, 0, 2, 3), names, frozenset({"x"}), (1 * MIB, 2 * MIB, 3 * MIB, 5 * MIB, 1 * MIB),
-                  5 * MIB, 3, MIB, 2, {})
+    tl = Timeline(
+        (0, 1, 0, 2, 3), names, frozenset({"x"}), (1 * MIB, 2 * MIB, 3 * MIB, 5 * MIB, 1 * MIB), 5 * MIB, 3, MIB, 2, {}
+    )
     base = Timeline((0, 1, 2, 3), names, frozenset(), (1 * MIB, 2 * MIB, 6 * MIB, 2 * MIB), 6 * MIB, 2, 2 * MIB, 2, {})
-    fields = dict(decisions=(), saved_bytes=MIB, peak_bytes=5 * MIB, recompute_flops=10,
-                  baseline=Baseline(2 * MIB, 6 * MIB), budget_bytes=budget, least_peak_bytes=None, feasible=True,
-                  solver="greedy", gap=None, timeline=tl)
+    fields = dict(
+        decisions=(),
+        saved_bytes=MIB,
+        peak_bytes=5 * MIB,
+        recompute_flops=10,
+        baseline=Baseline(2 * MIB, 6 * MIB),
+        budget_bytes=budget,
+        least_peak_bytes=None,
+        feasible=True,
+        solver="greedy",
+        gap=None,
+        timeline=tl,
+    )
     if HAS_BASELINE_TIMELINE:
         fields["baseline_timeline"] = base
     return Plan(**fields), base
@@ -160,19 +173,21 @@ def test_timeline_draws_on_a_given_axes_and_saves_headless():
 def test_plots_leave_matplotlib_global_state_alone():
     # In a fresh interpreter that never imports pyplot (this module does): drawing and saving must not import it,
     # pick a backend or change an rcParam. dict.items reads the stored values without resolving the backend.
-    script = "\n".join([
-        "import io, sys, matplotlib",
-        "before = dict(dict.items(matplotlib.rcParams))",
-        "from remat.plan.plan import Baseline, Plan",
-        "from remat.plan.simulate import Timeline",
-        "from remat.plots import plot_timeline",
-        f"MIB, HAS_BASELINE_TIMELINE = {MIB}, {HAS_BASELINE_TIMELINE}",
-        inspect.getsource(hand_plan),
-        "plan, base = hand_plan(budget=4 * MIB)",
-        "plot_timeline(plan, baseline=base).savefig(io.BytesIO(), format='png')",
-        "assert dict(dict.items(matplotlib.rcParams)) == before",
-        "print('matplotlib.pyplot' in sys.modules)",
-    ])
+    script = "\n".join(
+        [
+            "import io, sys, matplotlib",
+            "before = dict(dict.items(matplotlib.rcParams))",
+            "from remat.plan.plan import Baseline, Plan",
+            "from remat.plan.simulate import Timeline",
+            "from remat.plots import plot_timeline",
+            f"MIB, HAS_BASELINE_TIMELINE = {MIB}, {HAS_BASELINE_TIMELINE}",
+            inspect.getsource(hand_plan),
+            "plan, base = hand_plan(budget=4 * MIB)",
+            "plot_timeline(plan, baseline=base).savefig(io.BytesIO(), format='png')",
+            "assert dict(dict.items(matplotlib.rcParams)) == before",
+            "print('matplotlib.pyplot' in sys.modules)",
+        ]
+    )
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -180,6 +195,7 @@ def test_plots_leave_matplotlib_global_state_alone():
 
 
 # --- pareto ---------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["cosmm", "gpt"])
 def test_pareto_rows_are_the_planner_s_numbers(name):
@@ -192,7 +208,12 @@ def test_pareto_rows_are_the_planner_s_numbers(name):
     for r in result.rows:
         plan = planned(captured, memory_budget=r.budget, solver=r.solver, inner=result.inner).plan
         assert (r.peak_bytes, r.saved_bytes, r.recompute_flops, r.budget_bytes, r.feasible) == (
-            plan.peak_bytes, plan.saved_bytes, plan.recompute_flops, plan.budget_bytes, plan.feasible)
+            plan.peak_bytes,
+            plan.saved_bytes,
+            plan.recompute_flops,
+            plan.budget_bytes,
+            plan.feasible,
+        )
         assert r.measured_peak_bytes is None and r.step_ms is None
     assert result.baseline_peak_bytes == result.rows[0].peak_bytes  # fraction 1.0 is the baseline
     table = result.table()

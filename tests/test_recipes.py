@@ -1,4 +1,5 @@
 """Hand-written checkpointing recipes as candidate plans, and a larger search space never giving a worse plan."""
+
 import copy
 import random
 import warnings
@@ -98,8 +99,11 @@ def test_least_peak_is_no_higher_than_per_block_checkpoint_measured(gpt):
     hand = _peak(lambda: gpt_loss(eager, idx, tgt).backward(), eager)
 
     compiled_model = copy.deepcopy(model)
-    step = torch.compile(lambda i, t: gpt_loss(compiled_model, i, t), backend="remat",
-                         options={"memory_budget": 0.0, "inner": "aot_eager"})
+    step = torch.compile(
+        lambda i, t: gpt_loss(compiled_model, i, t),
+        backend="remat",
+        options={"memory_budget": 0.0, "inner": "aot_eager"},
+    )
     step(idx, tgt).backward()
     least = _peak(lambda: step(idx, tgt).backward(), compiled_model)
     plan = remat.last_plan()
@@ -115,8 +119,11 @@ def test_dropout_scratch_is_counted_so_fraction_budgets_hold(gpt, fraction):
     # within the budget and equals the simulated peak (the loss scalar's bytes aside)
     model, (idx, tgt), _ = gpt
     compiled_model = copy.deepcopy(model)
-    step = torch.compile(lambda i, t: gpt_loss(compiled_model, i, t), backend="remat",
-                         options={"memory_budget": fraction, "inner": "aot_eager"})
+    step = torch.compile(
+        lambda i, t: gpt_loss(compiled_model, i, t),
+        backend="remat",
+        options={"memory_budget": fraction, "inner": "aot_eager"},
+    )
     step(idx, tgt).backward()
     plan = remat.last_plan()
     measured = _peak(lambda: step(idx, tgt).backward(), compiled_model)
@@ -171,8 +178,12 @@ def _assert_free_list_no_worse(plan, ops):
         listed = plan(memory_budget=fraction, save_ops=ops)
         free = plan(memory_budget=listed.budget_bytes)
         assert free.feasible or not listed.feasible, (ops, fraction)
-        assert free.recompute_flops <= listed.recompute_flops, (ops, fraction, free.recompute_flops,
-                                                                listed.recompute_flops)
+        assert free.recompute_flops <= listed.recompute_flops, (
+            ops,
+            fraction,
+            free.recompute_flops,
+            listed.recompute_flops,
+        )
 
 
 def test_an_empty_save_list_is_never_worse_than_a_one_kind_list_on_gpt(gpt):

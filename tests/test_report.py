@@ -1,4 +1,5 @@
 """Plan reports: table totals equal the Plan's integers, reasons, records, summary, decisions by module."""
+
 import functools
 import json
 import re
@@ -74,17 +75,26 @@ def test_table_max_rows_keeps_the_totals(cosmm):
 def test_table_columns(cosmm):
     p = plan(cosmm, memory_budget=5 * MIB + 16)
     head, first = p.table().splitlines()[:2]
-    assert head.split() == ["node", "op", "module", "shape", "dtype", "bytes", "recompute", "cost", "action",
-                            "reason"]
-    assert first.split()[:10] == ["cos", "aten.cos.default", "(top", "level)", "512x512", "float32", "1.0", "MiB",
-                                  "21.0", "MFLOP"]
+    assert head.split() == ["node", "op", "module", "shape", "dtype", "bytes", "recompute", "cost", "action", "reason"]
+    assert first.split()[:10] == [
+        "cos",
+        "aten.cos.default",
+        "(top",
+        "level)",
+        "512x512",
+        "float32",
+        "1.0",
+        "MiB",
+        "21.0",
+        "MFLOP",
+    ]
 
 
 def test_table_module_column_is_each_decisions_module_path(gpt_joints):
     """The module column holds the path module_table groups by, row by row, aligned under its header."""
     p = plan(gpt_joints["loss"], memory_budget=0.3)
     lines = p.table().splitlines()
-    head, rows = lines[0], lines[1:1 + len(p.decisions)]
+    head, rows = lines[0], lines[1 : 1 + len(p.decisions)]
     start = head.index("module")
     end = head.index("shape")
     column = [row[start:end].strip() for row in rows]
@@ -94,10 +104,15 @@ def test_table_module_column_is_each_decisions_module_path(gpt_joints):
     assert softmax == ["blocks.0.attn", "blocks.1.attn"]
 
 
-@pytest.mark.parametrize("fields", [
-    {"memory_budget": None}, {"memory_budget": 0.3}, {"memory_budget": 0.0, "solver": "greedy"},
-    {"memory_budget": 0.5, "save_ops": ["aten.addmm"]},
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"memory_budget": None},
+        {"memory_budget": 0.3},
+        {"memory_budget": 0.0, "solver": "greedy"},
+        {"memory_budget": 0.5, "save_ops": ["aten.addmm"]},
+    ],
+)
 @pytest.mark.parametrize("kind", ["model", "loss"])
 def test_gpt_totals_and_reasons(gpt_joints, kind, fields):
     p = plan(gpt_joints[kind], **fields)
@@ -119,8 +134,16 @@ def test_records_are_plain_and_match_the_decisions(cosmm):
     assert json.loads(json.dumps(records)) == records  # plain python values only
     first, d = records[0], p.decisions[0]
     assert first == {
-        "node": d.name, "op": "aten.cos.default", "module_path": "", "shape": [512, 512], "dtype": "float32",
-        "bytes": MIB, "kept_bytes": 0, "recompute_flops": COS, "action": "recompute", "reason": d.reason,
+        "node": d.name,
+        "op": "aten.cos.default",
+        "module_path": "",
+        "shape": [512, 512],
+        "dtype": "float32",
+        "bytes": MIB,
+        "kept_bytes": 0,
+        "recompute_flops": COS,
+        "action": "recompute",
+        "reason": d.reason,
     }
     assert sum(r["bytes"] for r in records if r["action"] == "save") == p.saved_bytes
     assert sum(r["kept_bytes"] for r in records) == p.saved_bytes
@@ -205,5 +228,10 @@ def test_module_table_on_the_exact_graph(cosmm):
 
 def test_formatting_units():
     assert [fmt_bytes(b) for b in (0, 512, 4096, 41 * MIB, 5 * 2**30 // 2)] == [
-        "0 B", "512 B", "4.0 KiB", "41.0 MiB", "2.5 GiB"]
+        "0 B",
+        "512 B",
+        "4.0 KiB",
+        "41.0 MiB",
+        "2.5 GiB",
+    ]
     assert [fmt_flops(f) for f in (12, 2560, 14_276_608, 1.5e9)] == ["12 FLOP", "2.6 KFLOP", "14.3 MFLOP", "1.5 GFLOP"]

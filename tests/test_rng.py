@@ -1,5 +1,6 @@
 """RNG-safe replay: random ops recomputed in backward draw the forward's numbers; the generator ends where the
 uncompiled step leaves it."""
+
 import copy
 
 import pytest
@@ -88,8 +89,9 @@ def test_dropout_chain_simulated_peak_is_the_measured_peak():
     torch.manual_seed(0)
     model, x = Dropouts(), torch.randn(20000)
     for rng in ("replay", "save"):
-        compiled = torch.compile(copy.deepcopy(model), backend="remat",
-                                 options={"inner": "aot_eager", "memory_budget": 0.0, "rng": rng})
+        compiled = torch.compile(
+            copy.deepcopy(model), backend="remat", options={"inner": "aot_eager", "memory_budget": 0.0, "rng": rng}
+        )
         compiled(x).backward()
         params = list(compiled.parameters())
         measured = remat.peak_memory(lambda: compiled(x).backward(), exclude=lambda: [p.grad for p in params])
@@ -138,15 +140,19 @@ def test_inductor_own_random_ops_replay_from_their_seeds():
     model, x = SigmoidDropout(), torch.randn(64, 256)
     saved = run(torch.compile(copy.deepcopy(model), backend="remat"), (x,))
     plan_all = remat.last_plan()
+
     def draws(info):  # the mask and the draw it compares: recomputed from the forward's seeds
         return remat.Action.RECOMPUTE if info.op in ("aten.gt.Scalar", "prims.inductor_random.default") else None
 
-    recomputed = run(torch.compile(copy.deepcopy(model), backend="remat",
-                                   options={"memory_budget": 0.0, "policy": draws}), (x,))
+    recomputed = run(
+        torch.compile(copy.deepcopy(model), backend="remat", options={"memory_budget": 0.0, "policy": draws}), (x,)
+    )
     plan = remat.last_plan()
     assert any("inductor_random" in d.op and d.action is remat.Action.RECOMPUTE for d in plan.decisions)
+
     def saved_masks(p):
         return [d for d in p.decisions if d.dtype == "bool" and d.action is remat.Action.SAVE]
+
     assert saved_masks(plan_all) and not saved_masks(plan)  # the mask is redrawn from the seed instead of kept
     torch.testing.assert_close(recomputed[0], saved[0], rtol=1e-5, atol=1e-6)
     for a, b in zip(recomputed[1], saved[1]):
@@ -162,8 +168,9 @@ def test_under_inductor_eager_random_ops_replay_and_match_eager():
     expected = run(copy.deepcopy(model), (x,))
     with torch._inductor.config.patch(fallback_random=True):
         policy = lambda node: remat.Action.RECOMPUTE if node.op == "getitem" else None  # noqa: E731
-        got = run(torch.compile(copy.deepcopy(model), backend="remat", options={"memory_budget": 0.0,
-                                                                                "policy": policy}), (x,))
+        got = run(
+            torch.compile(copy.deepcopy(model), backend="remat", options={"memory_budget": 0.0, "policy": policy}), (x,)
+        )
     plan = remat.last_plan()
     masks = [d for d in plan.decisions if d.dtype == "bool"]
     assert masks and all(d.action is remat.Action.RECOMPUTE for d in masks)

@@ -1,4 +1,5 @@
 """Runtime checkpoint ops in compiled graphs: offload/reload, contiguous arenas, profile, synchronize (CPU)."""
+
 import copy
 
 import pytest
@@ -42,8 +43,9 @@ def test_offload_forced_matched_ops_and_bitwise_grads(budget):
     torch.manual_seed(0)
     model, x = Net(), torch.randn(64, 256)
     expected = step(copy.deepcopy(model), x)
-    compiled = torch.compile(copy.deepcopy(model), backend="remat",
-                             options={"inner": "aot_eager", "offload": True, "memory_budget": budget})
+    compiled = torch.compile(
+        copy.deepcopy(model), backend="remat", options={"inner": "aot_eager", "offload": True, "memory_budget": budget}
+    )
     assert_same(step(compiled, x), expected)
     plan = remat.last_plan()
     fw, bw = remat.last_graphs()
@@ -86,14 +88,18 @@ def test_offload_compiles_with_inductor():
     assert fw.code.count("remat.offload") == bw.code.count("remat.reload") > 0
 
 
-@pytest.mark.parametrize("make", [
-    lambda: torch.arange(48.0).view(6, 8)[2:],  # storage offset
-    lambda: torch.arange(48.0).view(6, 8).t(),  # transposed (dense, non-contiguous)
-    lambda: torch.arange(48.0).view(6, 8)[:, ::2],  # strided
-    lambda: torch.arange(8.0).view(1, 8).expand(6, 8),  # expanded (overlapping)
-    lambda: torch.arange(48).view(6, 8) % 3 == 0,  # bool
-    lambda: torch.zeros(0, 4),  # empty
-], ids=["offset", "transposed", "strided", "expanded", "bool", "empty"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.arange(48.0).view(6, 8)[2:],  # storage offset
+        lambda: torch.arange(48.0).view(6, 8).t(),  # transposed (dense, non-contiguous)
+        lambda: torch.arange(48.0).view(6, 8)[:, ::2],  # strided
+        lambda: torch.arange(8.0).view(1, 8).expand(6, 8),  # expanded (overlapping)
+        lambda: torch.arange(48).view(6, 8) % 3 == 0,  # bool
+        lambda: torch.zeros(0, 4),  # empty
+    ],
+    ids=["offset", "transposed", "strided", "expanded", "bool", "empty"],
+)
 def test_offload_round_trip_views(make):
     x = make()
     host = torch.ops.remat.offload(x)
@@ -107,8 +113,9 @@ def test_offload_round_trip_views(make):
 def test_no_offload_work_under_no_grad():
     torch.manual_seed(0)
     model, x = Net(), torch.randn(64, 256)
-    compiled = torch.compile(copy.deepcopy(model), backend="remat",
-                             options={"inner": "aot_eager", "offload": True, "profile": True})
+    compiled = torch.compile(
+        copy.deepcopy(model), backend="remat", options={"inner": "aot_eager", "offload": True, "profile": True}
+    )
     step(compiled, x)
     profile = remat.last_plan().profile
     assert profile.totals().calls["offload"] > 0
@@ -133,8 +140,9 @@ def test_contiguous_one_arena_per_shape_set_reused_and_replanned():
     model = Net()
     x = torch.randn(64, 256)
     expected = step(copy.deepcopy(model), x)
-    compiled = torch.compile(copy.deepcopy(model), backend="remat",
-                             options={"inner": "aot_eager", "contiguous": True, "memory_budget": 0.5})
+    compiled = torch.compile(
+        copy.deepcopy(model), backend="remat", options={"inner": "aot_eager", "contiguous": True, "memory_budget": 0.5}
+    )
     for _ in range(4):
         got = step(compiled, x)
     assert_same(got, expected)
@@ -143,7 +151,8 @@ def test_contiguous_one_arena_per_shape_set_reused_and_replanned():
     fw, _ = remat.last_graphs()
     assert fw.code.count("remat.arena_pack") == 1
     assert len(fw.graph.find_nodes(op="call_function", target=torch.ops.remat.arena_pack.default)[0].args[0]) == sum(
-        1 for d in remat.last_plan().decisions if d.action is remat.Action.SAVE and d.op != "rng state" and d.nbytes)
+        1 for d in remat.last_plan().decisions if d.action is remat.Action.SAVE and d.op != "rng state" and d.nbytes
+    )
     bigger = torch.randn(96, 256)
     expected = step(copy.deepcopy(model), bigger)
     for _ in range(3):
@@ -156,8 +165,11 @@ def test_contiguous_one_arena_per_shape_set_reused_and_replanned():
 def test_profile_records_each_step():
     torch.manual_seed(0)
     model, x = Net(), torch.randn(64, 256)
-    compiled = torch.compile(copy.deepcopy(model), backend="remat",
-                             options={"inner": "aot_eager", "profile": True, "offload": True, "memory_budget": 0.0})
+    compiled = torch.compile(
+        copy.deepcopy(model),
+        backend="remat",
+        options={"inner": "aot_eager", "profile": True, "offload": True, "memory_budget": 0.0},
+    )
     for _ in range(3):
         step(compiled, x)
     plan = remat.last_plan()
@@ -169,12 +181,20 @@ def test_profile_records_each_step():
         assert record.calls["recompute"] > 0 and record.seconds["recompute"] > 0
     assert plan.profile.totals().bytes["offload"] == 3 * offloaded
     lines = repr(plan.profile).splitlines()
-    assert lines[:2] == ["Profile: totals over 3 steps", lines[1]] and lines[1].split() == ["kind", "calls", "seconds",
-                                                                                             "bytes"]
+    assert lines[:2] == ["Profile: totals over 3 steps", lines[1]] and lines[1].split() == [
+        "kind",
+        "calls",
+        "seconds",
+        "bytes",
+    ]
     offload_row = next(line.split(maxsplit=3) for line in lines if line.startswith("offload"))
     total = plan.profile.totals()
-    assert offload_row == ["offload", str(total.calls["offload"]), f"{total.seconds['offload']:.6f}",
-                           fmt_bytes(3 * offloaded)]
+    assert offload_row == [
+        "offload",
+        str(total.calls["offload"]),
+        f"{total.seconds['offload']:.6f}",
+        fmt_bytes(3 * offloaded),
+    ]
 
 
 def test_profile_repr_is_the_totals_table():
@@ -186,21 +206,29 @@ def test_profile_repr_is_the_totals_table():
     profile.add("offload", 0.25, 1024)
     profile.new_step()
     profile.add("recompute", 0.5, 2**20)
-    assert repr(profile) == str(profile) == profile.table() == "\n".join([
-        "Profile: totals over 2 steps",
-        "kind       calls   seconds    bytes",
-        "recompute      2  1.000000  4.0 MiB",
-        "offload        1  0.250000  1.0 KiB",
-        "reload         0  0.000000      0 B",
-        "shard          0  0.000000      0 B",
-        "gather         0  0.000000      0 B",
-        "pack           0  0.000000      0 B",
-    ])
+    assert (
+        repr(profile)
+        == str(profile)
+        == profile.table()
+        == "\n".join(
+            [
+                "Profile: totals over 2 steps",
+                "kind       calls   seconds    bytes",
+                "recompute      2  1.000000  4.0 MiB",
+                "offload        1  0.250000  1.0 KiB",
+                "reload         0  0.000000      0 B",
+                "shard          0  0.000000      0 B",
+                "gather         0  0.000000      0 B",
+                "pack           0  0.000000      0 B",
+            ]
+        )
+    )
 
 
 def test_synchronize_reaches_the_ops():
-    compiled = torch.compile(Net(), backend="remat", options={"inner": "aot_eager", "offload": True,
-                                                              "synchronize": True})
+    compiled = torch.compile(
+        Net(), backend="remat", options={"inner": "aot_eager", "offload": True, "synchronize": True}
+    )
     step(compiled, torch.randn(8, 256))
     fw, bw = remat.last_graphs()
     assert "remat.offload.default(" in fw.code and ", -1, True)" in fw.code
@@ -234,15 +262,33 @@ def cuda_chain(layers=6, mib=1, flops=10**12):
 
     specs = [("x", Role.PRIMAL, ()), ("tangent", Role.TANGENT, ())]
     specs += [(f"f{i}", Role.FORWARD, ("x",) if i == 1 else (f"f{i - 1}",)) for i in range(1, layers + 1)]
-    specs += [(f"b{i}", Role.BACKWARD, ("tangent" if i == layers else f"b{i + 1}", f"f{i}"))
-              for i in range(layers, 0, -1)]
+    specs += [
+        (f"b{i}", Role.BACKWARD, ("tangent" if i == layers else f"b{i + 1}", f"f{i}")) for i in range(layers, 0, -1)
+    ]
     specs.append(("output", Role.OUTPUT, (f"f{layers}", "b1")))
     users = {name: [u for u, _, reads in specs if name in reads] for name, _, _ in specs}
     values = tuple(
-        Value(name, i, role, "synthetic", reads, tuple(users[name]), mib * 2**20 if role is not Role.OUTPUT else 0,
-              sympy.Integer(mib * 2**20), name, role is not Role.OUTPUT, False, False, (), "float32", "",
-              frozenset(), device="cuda")
-        for i, (name, role, reads) in enumerate(specs))
+        Value(
+            name,
+            i,
+            role,
+            "synthetic",
+            reads,
+            tuple(users[name]),
+            mib * 2**20 if role is not Role.OUTPUT else 0,
+            sympy.Integer(mib * 2**20),
+            name,
+            role is not Role.OUTPUT,
+            False,
+            False,
+            (),
+            "float32",
+            "",
+            frozenset(),
+            device="cuda",
+        )
+        for i, (name, role, reads) in enumerate(specs)
+    )
     graph = Graph(values, 1, (f"f{layers}",), ("b1",), ())
     costs = {v.name: flops for v in values}
     return graph, costs, Constraints({}, {}, {})
@@ -265,11 +311,14 @@ def test_offload_auto_on_cuda_leaves_the_device_peak():
     assert not Evaluator(slow).score(()).resolved.offloaded  # 1 byte/s hides behind nothing
 
 
-@pytest.mark.parametrize("module,name,call", [
-    ("torch._prims.rng_prims", "run_and_save_rng_state", lambda: remat._torch.rng_replay_ops()),
-    ("torch._subclasses.fake_tensor", "unset_fake_temporarily", lambda: remat._torch.outside_fake_mode()),
-    ("torch._C", "_storage_Use_Count", lambda: remat._torch.storage_use_count(torch.empty(1))),
-])
+@pytest.mark.parametrize(
+    "module,name,call",
+    [
+        ("torch._prims.rng_prims", "run_and_save_rng_state", lambda: remat._torch.rng_replay_ops()),
+        ("torch._subclasses.fake_tensor", "unset_fake_temporarily", lambda: remat._torch.outside_fake_mode()),
+        ("torch._C", "_storage_Use_Count", lambda: remat._torch.storage_use_count(torch.empty(1))),
+    ],
+)
 def test_private_runtime_apis_are_guarded(monkeypatch, module, name, call):
     import importlib
 

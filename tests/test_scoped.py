@@ -1,5 +1,6 @@
 """remat's own compiles (explain, pareto, max_batch) leave the user's compiled functions alone: no recompile, no
 lost code, no entries added next to the user's, nothing kept alive (remat/scoped.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -97,8 +98,10 @@ def test_explain_repeated_past_the_recompile_limit():
     """More explains of one function than dynamo's recompile limit: each still captures (its own code object), and
     the user's compile of the same function keeps its single entry."""
     compiled, backend, codes = compiled_by_user(f)
-    peaks = {remat.explain(f, x(), inner="aot_eager", memory_budget=0.0).peak_bytes
-             for _ in range(torch._dynamo.config.recompile_limit + 1)}
+    peaks = {
+        remat.explain(f, x(), inner="aot_eager", memory_budget=0.0).peak_bytes
+        for _ in range(torch._dynamo.config.recompile_limit + 1)
+    }
     assert len(peaks) == 1
     assert_untouched(f, compiled, backend, codes)
 

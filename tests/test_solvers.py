@@ -1,5 +1,6 @@
 """Solver properties on seeded random models: optimal is never costlier, budgets are met, plans are deterministic,
 and a lower budget never gives a higher peak."""
+
 import functools
 import random
 import warnings
@@ -118,6 +119,7 @@ def test_optimal_lower_budget_never_raises_the_peak():
 
 # ---- the registry and callable solvers --------------------------------------------------------------------------
 
+
 def test_every_registered_solver_is_documented_and_plans():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| `solver` |"))
@@ -143,8 +145,12 @@ def test_a_callable_solver_is_used_and_its_plan_runs_bitwise():
     torch.manual_seed(0)
     want = torch.autograd.grad(gpt_loss(model, *batch), list(model.parameters()))
     CALLS.clear()
-    step = remat.compile(lambda idx, targets: gpt_loss(model, idx, targets), memory_budget=0.5,
-                         solver=recompute_every_choice, inner="aot_eager")
+    step = remat.compile(
+        lambda idx, targets: gpt_loss(model, idx, targets),
+        memory_budget=0.5,
+        solver=recompute_every_choice,
+        inner="aot_eager",
+    )
     torch.manual_seed(0)
     got = torch.autograd.grad(step(*batch), list(model.parameters()))
     plan = remat.last_plan()

@@ -1,4 +1,5 @@
 """capture, cost and annotate on small graphs with exact answers."""
+
 import pytest
 import torch
 

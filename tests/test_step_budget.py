@@ -1,6 +1,7 @@
 """One byte budget for the whole step (remat/step.py): when a compiled model becomes several graphs (DDP's buckets,
 graph breaks), a byte memory_budget bounds the step's measured peak, each graph is planned under what the earlier
 graphs of the step leave, the split is in each Plan, and recompiles take their graph's place."""
+
 import copy
 import dataclasses
 import json
@@ -65,8 +66,9 @@ def test_the_same_code_compiled_for_another_module_counts_on_its_own():
 
 def test_share_note_names_the_split():
     share = remat.step.Share(6 * MiB, 1258291, 2, 0)
-    assert share.note() == ("memory_budget 6.0 MiB for the step: 1.2 MiB held by 2 earlier graph(s) of this step, "
-                            "4.8 MiB for this graph")
+    assert share.note() == (
+        "memory_budget 6.0 MiB for the step: 1.2 MiB held by 2 earlier graph(s) of this step, 4.8 MiB for this graph"
+    )
 
 
 def test_a_followed_graph_leaves_room_for_one_like_it():
@@ -180,9 +182,11 @@ def ddp_worker(rank, world, out):
         options = {"memory_budget": 12 * MiB, "partition": "world", **AOT}
         train_step(torch.compile(model, backend="remat", options=options), torch.randn(1024, 128))
         plans = remat.recent_plans()
-        result = {"fingerprints": [p.fingerprint() for p in plans],
-                  "shares": [list(dataclasses.astuple(p.step_share)) for p in plans],
-                  "grads": [p.grad.flatten()[:8].tolist() for p in model.parameters()]}
+        result = {
+            "fingerprints": [p.fingerprint() for p in plans],
+            "shares": [list(dataclasses.astuple(p.step_share)) for p in plans],
+            "grads": [p.grad.flatten()[:8].tolist() for p in model.parameters()],
+        }
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts on it
         result = {"error": f"{type(exc).__name__}: {exc}"}
     finally:
@@ -232,8 +236,9 @@ def test_strict_names_the_split_when_too_little_is_left():
 
 def test_recompiles_take_their_graphs_place():
     budget = 10 * MiB
-    compiled = torch.compile(Blocks(depth=4, break_after=2), backend="remat", dynamic=False,
-                             options={"memory_budget": budget, **AOT})
+    compiled = torch.compile(
+        Blocks(depth=4, break_after=2), backend="remat", dynamic=False, options={"memory_budget": budget, **AOT}
+    )
     for rows in (1024, 512, 256):  # each size recompiles both graphs
         train_step(compiled, torch.randn(rows, 128))
         first, second = remat.recent_plans()[-2:]
@@ -247,5 +252,6 @@ def test_fractions_resolve_per_graph():
     train_step(compiled, torch.randn(256, 128))
     plans = remat.recent_plans()
     assert len(plans) == 2 and all(p.step_share is None for p in plans)
-    assert all(p.budget_bytes == int(p.least_peak_bytes + 0.5 * (p.baseline.peak_bytes - p.least_peak_bytes))
-               for p in plans)
+    assert all(
+        p.budget_bytes == int(p.least_peak_bytes + 0.5 * (p.baseline.peak_bytes - p.least_peak_bytes)) for p in plans
+    )

@@ -1,4 +1,5 @@
 """Symbolic memory under dynamic shapes, and max_batch found from it (aot_eager only)."""
+
 import time
 import warnings
 
@@ -144,8 +145,24 @@ def chain_problem(layers):
         for r in reads:
             users[r].append(name)
     values = tuple(
-        Value(name, i, role, "synthetic", reads, tuple(users[name]), int(sympy.sympify(expr).xreplace(hint)),
-              sympy.sympify(expr), name, role is not Role.OUTPUT, False, False, (), "float32", "", frozenset())
+        Value(
+            name,
+            i,
+            role,
+            "synthetic",
+            reads,
+            tuple(users[name]),
+            int(sympy.sympify(expr).xreplace(hint)),
+            sympy.sympify(expr),
+            name,
+            role is not Role.OUTPUT,
+            False,
+            False,
+            (),
+            "float32",
+            "",
+            frozenset(),
+        )
         for i, (name, role, reads, expr) in enumerate(specs)
     )
     graph = Graph(values, 1, (f"f{layers}",), ("b1",), ("B", "T"))

@@ -4,6 +4,7 @@ partition= over the tensor-parallel group shards only the activations every rank
 
 All aot_eager scenarios run in one spawn of two processes (a module fixture), each reporting its own result or error,
 so the whole file stays within a few tens of seconds on two cores."""
+
 import json
 import os
 import pathlib
@@ -77,8 +78,14 @@ class Model(nn.Module):
 def tensor_parallel(model, mesh):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-            "attn.out": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
+    plan = {
+        "attn.q": ColwiseParallel(),
+        "attn.k": ColwiseParallel(),
+        "attn.v": ColwiseParallel(),
+        "attn.out": RowwiseParallel(),
+        "mlp.up": ColwiseParallel(),
+        "mlp.down": RowwiseParallel(),
+    }
     for block in model.blocks:
         parallelize_module(block, mesh, plan)
     return model
@@ -88,14 +95,27 @@ def sequence_parallel(model, mesh):
     """Megatron's sequence parallelism: the residual stream and the layer norms hold this rank's part of the
     sequence; each block gathers it before attention and the MLP and reduce-scatters their outputs back."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel, parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
 
     gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-    plan = {"ln1": SequenceParallel(), "ln2": SequenceParallel(), "attn": gather, "mlp": gather,
-            "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-            "attn.out": RowwiseParallel(output_layouts=Shard(1)),
-            "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel(output_layouts=Shard(1))}
+    plan = {
+        "ln1": SequenceParallel(),
+        "ln2": SequenceParallel(),
+        "attn": gather,
+        "mlp": gather,
+        "attn.q": ColwiseParallel(),
+        "attn.k": ColwiseParallel(),
+        "attn.v": ColwiseParallel(),
+        "attn.out": RowwiseParallel(output_layouts=Shard(1)),
+        "mlp.up": ColwiseParallel(),
+        "mlp.down": RowwiseParallel(output_layouts=Shard(1)),
+    }
     for block in model.blocks:
         parallelize_module(block, mesh, plan)
     return model
@@ -150,8 +170,12 @@ def compare(build, x, budgets, rtol=None, inner="aot_eager", **options):
         before = {id(plan) for plan in remat.recent_plans()}
         result = run_compiled(build, x, "remat", {"inner": inner, "memory_budget": budget, **options})
         plans = [plan for plan in remat.recent_plans() if id(plan) not in before]
-        found[str(budget)] = {"equal": same(reference, result, rtol), "grads": len(result[1]), "graphs": len(plans),
-                              "recomputed": sum(len(plan.recomputed) for plan in plans)}
+        found[str(budget)] = {
+            "equal": same(reference, result, rtol),
+            "grads": len(result[1]),
+            "graphs": len(plans),
+            "recomputed": sum(len(plan.recomputed) for plan in plans),
+        }
     return found
 
 
@@ -205,11 +229,11 @@ def scenario_partition(mesh, rank):
     replicated activations (layer-norm outputs, residual sums), keeps the rank-local ones whole."""
     x = data(rank, per_rank=False)
     # debug=True: the plan's invariant checks run, and the ranks compare the partitioned values on every call
-    result = compare(lambda: tensor_parallel(Model(), mesh), x, [None], partition=mesh.get_group(),
-                     profile=True, debug=True)["None"]
+    result = compare(
+        lambda: tensor_parallel(Model(), mesh), x, [None], partition=mesh.get_group(), profile=True, debug=True
+    )["None"]
     plan = remat.last_plan()
-    result["partitioned"] = [(d.name, d.nbytes, d.kept) for d in plan.decisions
-                             if d.action is remat.Action.PARTITION]
+    result["partitioned"] = [(d.name, d.nbytes, d.kept) for d in plan.decisions if d.action is remat.Action.PARTITION]
     result["kept_whole"] = [d.reason for d in plan.decisions if "not partitioned" in d.reason]
     shard = plan.profile.steps[-1]
     result["shard"] = [shard.calls["shard"], shard.bytes["shard"]]
@@ -253,10 +277,14 @@ def scenario_peak(mesh, rank):
     grads = [p.grad for p in params if type(p.grad).__name__ == "DTensor"]
     events = [(i, local(g).data_ptr(), local(g).untyped_storage().nbytes()) for i, g in enumerate(grads)]
     torch._dynamo.reset()
-    return {"whole": whole, "without": without, "dtensor_grads": len(grads),
-            "grad_bytes": sum(local(g).untyped_storage().nbytes() for g in grads),
-            "excluded": sorted(measure._excluded_allocations(events, grads)),
-            "excluded_locals": sorted(measure._excluded_allocations(events, [local(g) for g in grads]))}
+    return {
+        "whole": whole,
+        "without": without,
+        "dtensor_grads": len(grads),
+        "grad_bytes": sum(local(g).untyped_storage().nbytes() for g in grads),
+        "excluded": sorted(measure._excluded_allocations(events, grads)),
+        "excluded_locals": sorted(measure._excluded_allocations(events, [local(g) for g in grads])),
+    }
 
 
 def scenario_old_torch(mesh, rank):
@@ -264,14 +292,23 @@ def scenario_old_torch(mesh, rank):
     real = _torch.extract_fwd_bwd_modules()
 
     def without_opaque(joint, saved_values, saved_sym_nodes, *, num_fwd_outputs, static_lifetime_input_nodes=None):
-        return real(joint, saved_values, saved_sym_nodes, num_fwd_outputs=num_fwd_outputs,
-                    static_lifetime_input_nodes=static_lifetime_input_nodes)
+        return real(
+            joint,
+            saved_values,
+            saved_sym_nodes,
+            num_fwd_outputs=num_fwd_outputs,
+            static_lifetime_input_nodes=static_lifetime_input_nodes,
+        )
 
     original = _torch.split.extract_fwd_bwd_modules
     _torch.split.extract_fwd_bwd_modules = lambda: without_opaque
     try:
-        step(torch.compile(tensor_parallel(Model(), mesh), backend="remat",
-                           options={"inner": "aot_eager", "memory_budget": 0.0}), data(rank, False))
+        step(
+            torch.compile(
+                tensor_parallel(Model(), mesh), backend="remat", options={"inner": "aot_eager", "memory_budget": 0.0}
+            ),
+            data(rank, False),
+        )
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts on it
         return {"error": f"{type(exc).__name__}: {exc}"}
     finally:
@@ -286,7 +323,7 @@ def scenario_inductor(mesh, rank):
     return compare(build, x, [0.0], rtol=1e-5, inner="inductor")["0.0"]
 
 
-SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
+SCENARIOS = {name[len("scenario_") :]: fn for name, fn in globals().items() if name.startswith("scenario_")}
 
 
 def worker(rank, world, init, out, names):
@@ -398,11 +435,27 @@ def test_peak_memory_leaves_out_dtensor_gradients(ranks):
 
 
 def value(name, index, role, op="aten.mm.default", inputs=(), subclass_attr="", group=""):
-    return Value(name=name, index=index, role=role, op=op, inputs=inputs, users=(), nbytes=4096,
-                 nbytes_expr=sympy.Integer(4096), storage=name, is_tensor=True, is_view=False, is_multi=False,
-                 shape=(32, 32),
-                 dtype="float32", module_path="", tags=frozenset(), device="cpu", subclass_attr=subclass_attr,
-                 group=group)
+    return Value(
+        name=name,
+        index=index,
+        role=role,
+        op=op,
+        inputs=inputs,
+        users=(),
+        nbytes=4096,
+        nbytes_expr=sympy.Integer(4096),
+        storage=name,
+        is_tensor=True,
+        is_view=False,
+        is_multi=False,
+        shape=(32, 32),
+        dtype="float32",
+        module_path="",
+        tags=frozenset(),
+        device="cpu",
+        subclass_attr=subclass_attr,
+        group=group,
+    )
 
 
 def test_rank_local_values_follow_dtensor_shards_and_collectives_over_the_group():
@@ -425,10 +478,17 @@ def test_rank_local_values_follow_dtensor_shards_and_collectives_over_the_group(
     ]
     local = rank_local(Graph(tuple(values), 1, ("relu",), (), ()), "tp")
     assert sorted(local) == ["dp_reduce", "mm", "primals_2", "relu", "scatter"]
-    assert local["mm"] == local["dp_reduce"] == ("computed from primals_2, this rank's shard of a DTensor input "
-                                                 "(tensor parallelism), different on each rank")
-    assert local["relu"] == "computed from scatter, reduce_scatter_tensor over the partition group gives each rank " \
-                            "its own part"
+    assert (
+        local["mm"]
+        == local["dp_reduce"]
+        == (
+            "computed from primals_2, this rank's shard of a DTensor input (tensor parallelism), different on each rank"
+        )
+    )
+    assert (
+        local["relu"] == "computed from scatter, reduce_scatter_tensor over the partition group gives each rank "
+        "its own part"
+    )
 
 
 def test_split_joint_names_the_torch_version_when_opaque_objects_cannot_be_handed_over(monkeypatch):
@@ -437,8 +497,11 @@ def test_split_joint_names_the_torch_version_when_opaque_objects_cannot_be_hande
 
     monkeypatch.setattr(_torch.split, "extract_fwd_bwd_modules", lambda: extract)
     mesh = torch.fx.Graph().placeholder("primals_2")
-    with pytest.raises(_torch.TorchAPIError, match=rf"primals_2: .*torch {re.escape(torch.__version__)}'s .*"
-                                                    r"saved_opaque_nodes"):
+    with pytest.raises(
+        _torch.TorchAPIError,
+        match=rf"primals_2: .*torch {re.escape(torch.__version__)}'s .*"
+        r"saved_opaque_nodes",
+    ):
         _torch.split_joint(None, [], [], [mesh], num_fwd_outputs=1)
 
 
@@ -500,12 +563,27 @@ def test_torchrun_example_runs_on_two_cpu_ranks():
     same loss (they hold one batch), a plan per graph and a measured peak."""
     root = pathlib.Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": str(root)}
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "examples/tp_fsdp.py", "--small"], cwd=root, env=env, capture_output=True, text=True,
-                         timeout=180)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "examples/tp_fsdp.py",
+            "--small",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
-    heads = re.findall(r"^rank (\d) \(dp 0/1, tp (\d)/2\): loss ([\d.]+), memory_budget 1536KiB, (\d+) graph",
-                       run.stdout, re.M)
+    heads = re.findall(
+        r"^rank (\d) \(dp 0/1, tp (\d)/2\): loss ([\d.]+), memory_budget 1536KiB, (\d+) graph", run.stdout, re.M
+    )
     assert [(rank, tp) for rank, tp, _, _ in heads] == [("0", "0"), ("1", "1")], run.stdout
     assert heads[0][2] == heads[1][2]  # the tensor-parallel ranks compute one loss
     graphs = int(heads[0][3])

@@ -22,6 +22,7 @@ Ops looked up through `torch.ops` are public whatever their names (`torch.ops.at
 `torch.ops._c10d_functional.wait_tensor`): `torch.ops` is the public registry of ops. Everything reached without an
 underscore is public too. `NOT_TORCH` lists the underscore attributes remat reads that belong to other libraries.
 """
+
 from __future__ import annotations
 
 import ast
@@ -78,16 +79,26 @@ def defined_names(trees: list[ast.Module]) -> set[str]:
 
 def _meta_key(node: ast.AST) -> tuple[ast.AST, str] | None:
     """The literal key of a `<x>.meta` access, or None."""
+
     def is_meta(value: ast.AST) -> bool:
         return isinstance(value, ast.Attribute) and value.attr == "meta"
 
     if isinstance(node, ast.Subscript) and is_meta(node.value):
         key = node.slice
-    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _META_METHODS
-          and is_meta(node.func.value) and node.args):
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _META_METHODS
+        and is_meta(node.func.value)
+        and node.args
+    ):
         key = node.args[0]
-    elif (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn))
-          and is_meta(node.comparators[0])):
+    elif (
+        isinstance(node, ast.Compare)
+        and len(node.ops) == 1
+        and isinstance(node.ops[0], (ast.In, ast.NotIn))
+        and is_meta(node.comparators[0])
+    ):
         key = node.left
     else:
         return None
@@ -112,8 +123,12 @@ def scan(source: str, remat_names: set[str], filename: str = "<snippet>") -> lis
                     if any(_private(part) for part in alias.name.split(".")):
                         flag(node, f"import {alias.name}")
                     torch_aliases.add(alias.asname or "torch")
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torch" \
-                and node.level == 0:
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] == "torch"
+            and node.level == 0
+        ):
             if any(_private(part) for part in node.module.split(".")):
                 flag(node, f"from {node.module} import ...")
             for alias in node.names:
@@ -133,16 +148,30 @@ def scan(source: str, remat_names: set[str], filename: str = "<snippet>") -> lis
                 continue
             if _private(node.attr) and node.attr not in remat_names and node.attr not in NOT_TORCH:
                 flag(node, f"private attribute .{node.attr}")
-        elif isinstance(node, ast.Call) and _root_and_chain(node.func)[1][-1:] == ["import_module"] and node.args \
-                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) \
-                and node.args[0].value.split(".")[0] == "torch" \
-                and any(_private(part) for part in node.args[0].value.split(".")):
+        elif (
+            isinstance(node, ast.Call)
+            and _root_and_chain(node.func)[1][-1:] == ["import_module"]
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and node.args[0].value.split(".")[0] == "torch"
+            and any(_private(part) for part in node.args[0].value.split("."))
+        ):
             flag(node, f"import_module({node.args[0].value!r})")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id in ("getattr", "hasattr", "setattr", "delattr") and len(node.args) >= 2:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and len(node.args) >= 2
+        ):
             name = node.args[1]
-            if isinstance(name, ast.Constant) and isinstance(name.value, str) and _private(name.value) \
-                    and name.value not in remat_names and name.value not in NOT_TORCH:
+            if (
+                isinstance(name, ast.Constant)
+                and isinstance(name.value, str)
+                and _private(name.value)
+                and name.value not in remat_names
+                and name.value not in NOT_TORCH
+            ):
                 flag(node, f"{node.func.id}(..., {name.value!r})")
         meta = _meta_key(node)
         if meta is not None:
@@ -166,7 +195,7 @@ def test_remat_reaches_private_torch_only_through_remat_torch():
 
 def test_scanner_flags_each_kind_of_private_use():
     names = {"_cache", "_own"}
-    snippet = '''
+    snippet = """
 import torch
 import torch._dynamo
 import torch.distributed as dist
@@ -184,12 +213,23 @@ def f(node, t, op):
     h = node.meta.get("partitioner_tag")
     i = "desc" in node.meta
     j = importlib.import_module("torch._inductor.config")
-'''
+"""
     found = scan(snippet, names)
-    expected = ["import torch._dynamo", "from torch._ops import", "from torch.utils._pytree import",
-                "import _BatchNorm", "torch._C._profiler", "dist._functional_collectives", "._local_tensor",
-                "._schema", "'_cdata'", "'recompute'", "'partitioner_tag'", "'desc'",
-                "import_module('torch._inductor.config')"]
+    expected = [
+        "import torch._dynamo",
+        "from torch._ops import",
+        "from torch.utils._pytree import",
+        "import _BatchNorm",
+        "torch._C._profiler",
+        "dist._functional_collectives",
+        "._local_tensor",
+        "._schema",
+        "'_cdata'",
+        "'recompute'",
+        "'partitioner_tag'",
+        "'desc'",
+        "import_module('torch._inductor.config')",
+    ]
     for what in expected:
         assert any(what.lstrip(".") in hit for hit in found), (what, found)
     assert len(found) == len(expected), found
@@ -197,7 +237,7 @@ def f(node, t, op):
 
 def test_scanner_passes_public_uses():
     names = {"_cache", "_own", "_helper"}
-    snippet = '''
+    snippet = """
 import torch
 import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
@@ -214,5 +254,5 @@ def f(node, a):
     w = node.meta.get("nn_module_stack")
     node.meta["remat_kind"] = "replay"
     return _helper(x), fx.Node
-'''
+"""
     assert scan(snippet, names) == []

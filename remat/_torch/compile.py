@@ -1,5 +1,6 @@
 """The compilers remat wraps: aot_autograd, inductor and its custom-partitioner hook, the aot_eager inner compiler,
 and the dynamo entry points it calls."""
+
 from __future__ import annotations
 
 import importlib

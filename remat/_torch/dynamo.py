@@ -1,4 +1,5 @@
 """dynamo's compile state: which compile is running, its structured trace, and forgetting what a block compiled."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """torch internals remat's eager checkpoint wrappers read: wrap-policy objects and batch norm's base class."""
+
 from __future__ import annotations
 
 from typing import Any

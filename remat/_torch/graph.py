@@ -1,5 +1,6 @@
 """What remat reads from torch's fx graphs: op classes and schemas, pytrees, the node metadata torch's tracers and
 partitioners write for themselves, symbolic sizes and opaque values."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
@@ -37,6 +38,7 @@ def is_mutable_op(target: Any) -> bool:
 
 
 # Node metadata torch writes for itself (not part of fx's documented "val"/"nn_module_stack"/"stack_trace").
+
 
 def origin_name(node: Any) -> str:
     """The name of the node this node was made from by a graph pass (fx's provenance record), or ""."""
@@ -87,6 +89,7 @@ def subclass_component(node: Any) -> str:
 
 
 # Symbolic sizes.
+
 
 def sym_node_expr(x: Any) -> Any:
     """The sympy expression behind a SymInt."""

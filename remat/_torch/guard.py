@@ -1,4 +1,5 @@
 """The torch versions remat supports, and the lookup every other module of this package reaches torch through."""
+
 from __future__ import annotations
 
 import importlib

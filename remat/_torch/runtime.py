@@ -1,5 +1,6 @@
 """torch internals remat's runtime reads: storage sharing, tensor versions, the RNG replay ops, fake-tensor mode
 and the profiler's allocation records."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,8 +27,10 @@ def tensor_version(tensor: Any) -> int:
 def rng_replay_ops() -> tuple[Any, Any]:
     """torch's higher-order ops that run a random op recording the generator state before it, and re-run it from
     a recorded state (leaving the generator as it was): (run_and_save_rng_state, run_with_rng_state)."""
-    return (lookup("torch._prims.rng_prims", "run_and_save_rng_state"),
-            lookup("torch._prims.rng_prims", "run_with_rng_state"))
+    return (
+        lookup("torch._prims.rng_prims", "run_and_save_rng_state"),
+        lookup("torch._prims.rng_prims", "run_with_rng_state"),
+    )
 
 
 def outside_fake_mode() -> Any:

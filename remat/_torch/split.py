@@ -1,5 +1,6 @@
 """torch's forward/backward partitioners: the module builder remat splits a joint graph with, and the default and
 min-cut partitioners remat compares against."""
+
 from __future__ import annotations
 
 import importlib
@@ -12,8 +13,15 @@ def extract_fwd_bwd_modules() -> Callable[..., Any]:
     return lookup("torch._functorch.partitioners", "_extract_fwd_bwd_modules")
 
 
-def split_joint(joint: Any, saved_values: list, saved_syms: list, saved_opaque: list, *, num_fwd_outputs: int,
-                static_lifetime_inputs: list | None = None) -> tuple[Any, Any]:
+def split_joint(
+    joint: Any,
+    saved_values: list,
+    saved_syms: list,
+    saved_opaque: list,
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_inputs: list | None = None,
+) -> tuple[Any, Any]:
     """torch's `_extract_fwd_bwd_modules`: the forward and backward modules of `joint` given what forward hands to
     backward: tensors, symbolic sizes and opaque objects (process groups, device meshes, script objects: tensor
     parallelism's DTensors carry their mesh as one). Raises TorchAPIError naming the torch version when `joint`
@@ -36,7 +44,8 @@ def split_joint(joint: Any, saved_values: list, saved_syms: list, saved_opaque: 
                 f"parallelism's DTensors carry them), and torch {torch.__version__}'s "
                 "torch._functorch.partitioners._extract_fwd_bwd_modules has no saved_opaque_nodes parameter to "
                 "pass them; use a torch whose partitioner takes them (2.13 does), or compile this model with a "
-                f"plain backend (\"aot_eager\", \"inductor\"); {SUPPORTED}")
+                f'plain backend ("aot_eager", "inductor"); {SUPPORTED}'
+            )
         kwargs["saved_opaque_nodes"] = list(saved_opaque)
     return extract(joint, saved_values, saved_syms, **kwargs)
 
@@ -47,8 +56,9 @@ def default_partition(joint: Any, joint_inputs: Any, *, num_fwd_outputs: int) ->
     return partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs)
 
 
-def min_cut_partition(joint: Any, num_fwd_outputs: int,
-                      static_lifetime_input_indices: Any = None) -> tuple[Any, Any, tuple[str, ...]]:
+def min_cut_partition(
+    joint: Any, num_fwd_outputs: int, static_lifetime_input_indices: Any = None
+) -> tuple[Any, Any, tuple[str, ...]]:
     """torch's min-cut partitioner, as plain `torch.compile` with inductor runs it, on a copy of `joint` (it rewrites
     the graph it is given): (forward module, backward module, names of the saved nodes, symbolic sizes included)."""
     import copy
@@ -58,8 +68,13 @@ def min_cut_partition(joint: Any, num_fwd_outputs: int,
     min_cut = lookup("torch._functorch.partitioners", "min_cut_rematerialization_partition")
     # A copy of the graph (node metadata shared, fake tensors not copied) under the same root module.
     copied = fx.GraphModule(joint, copy.deepcopy(joint.graph))
-    fw, bw = min_cut(copied, None, compiler="inductor", num_fwd_outputs=num_fwd_outputs,
-                     static_lifetime_input_indices=static_lifetime_input_indices)
+    fw, bw = min_cut(
+        copied,
+        None,
+        compiler="inductor",
+        num_fwd_outputs=num_fwd_outputs,
+        static_lifetime_input_indices=static_lifetime_input_indices,
+    )
     outputs = fw.graph.find_nodes(op="output")[0].args[0]
     saved = tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))
     return fw, bw, saved

@@ -8,6 +8,7 @@ into `m` and `policy(module=m, recurse=False, nonwrapped_numel=n)` whether to wr
 `m` not inside an already wrapped submodule; a policy object (`ModuleWrapPolicy`, `CustomPolicy`) names its modules
 and their wrapper keyword arguments.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -17,20 +18,28 @@ from torch import nn
 from .. import _torch
 
 
-def apply(model: nn.Module, wrapper_fn: Callable[..., nn.Module], check_fn: Callable[[nn.Module], bool] | None,
-          auto_wrap_policy: Any) -> nn.Module:
+def apply(
+    model: nn.Module,
+    wrapper_fn: Callable[..., nn.Module],
+    check_fn: Callable[[nn.Module], bool] | None,
+    auto_wrap_policy: Any,
+) -> nn.Module:
     """Wrap `model`'s submodules in place; returns `model`."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"apply_activation_checkpointing(model={model!r}): expected an nn.Module")
     if not callable(wrapper_fn):
-        raise TypeError(f"checkpoint_wrapper_fn={wrapper_fn!r}: expected a callable that wraps a module, such as "
-                        "remat.checkpoint_wrapper")
+        raise TypeError(
+            f"checkpoint_wrapper_fn={wrapper_fn!r}: expected a callable that wraps a module, such as "
+            "remat.checkpoint_wrapper"
+        )
     if auto_wrap_policy is None:
         if check_fn is None:
             check_fn = _every_module
         if not callable(check_fn):
-            raise TypeError(f"check_fn={check_fn!r}: expected a callable taking a module and returning True to "
-                            "checkpoint it, e.g. lambda m: isinstance(m, Block)")
+            raise TypeError(
+                f"check_fn={check_fn!r}: expected a callable taking a module and returning True to "
+                "checkpoint it, e.g. lambda m: isinstance(m, Block)"
+            )
         _wrap_children(model, _check_policy(check_fn), wrapper_fn, root=True)
         return model
     targets = _torch.wrap_policy_targets(auto_wrap_policy, model)
@@ -39,8 +48,10 @@ def apply(model: nn.Module, wrapper_fn: Callable[..., nn.Module], check_fn: Call
     elif callable(auto_wrap_policy):
         _wrap_children(model, auto_wrap_policy, wrapper_fn, root=True)
     else:
-        raise TypeError(f"auto_wrap_policy={auto_wrap_policy!r}: expected a callable policy(module, recurse, "
-                        "nonwrapped_numel) or a torch wrap-policy object such as ModuleWrapPolicy({Block})")
+        raise TypeError(
+            f"auto_wrap_policy={auto_wrap_policy!r}: expected a callable policy(module, recurse, "
+            "nonwrapped_numel) or a torch wrap-policy object such as ModuleWrapPolicy({Block})"
+        )
     return model
 
 
@@ -55,8 +66,9 @@ def _check_policy(check_fn: Callable[[nn.Module], bool]) -> Callable[..., bool]:
     return policy
 
 
-def _wrap_children(module: nn.Module, policy: Callable[..., bool], wrapper_fn: Callable[..., nn.Module],
-                   root: bool = False) -> tuple[nn.Module, int]:
+def _wrap_children(
+    module: nn.Module, policy: Callable[..., bool], wrapper_fn: Callable[..., nn.Module], root: bool = False
+) -> tuple[nn.Module, int]:
     """`module`, wrapped if the policy says so (never the root), and the parameter count now inside wrappers."""
     numel = sum(p.numel() for p in module.parameters())
     if not policy(module=module, recurse=True, nonwrapped_numel=numel):

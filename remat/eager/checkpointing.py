@@ -15,6 +15,7 @@ Every public name of `deepspeed.checkpointing` a model calls is here. DeepSpeed'
 offload bookkeeping) and its module-level state variables are not: reading one raises an AttributeError that says
 what to call instead (`get_settings()` reads the state).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,10 +34,21 @@ from . import region
 from .stash import ShardGroup, StashOptions
 
 __all__ = [
-    "CheckpointFunction", "CudaRNGStatesTracker", "checkpoint", "configure", "detach_variable",
-    "get_cuda_rng_tracker", "get_profile", "get_settings", "is_configured", "model_parallel_cuda_manual_seed",
-    "model_parallel_reconfigure_tp_seed", "non_reentrant_checkpoint", "partition_activations_in_checkpoint",
-    "reset", "set_num_layers",
+    "CheckpointFunction",
+    "CudaRNGStatesTracker",
+    "checkpoint",
+    "configure",
+    "detach_variable",
+    "get_cuda_rng_tracker",
+    "get_profile",
+    "get_settings",
+    "is_configured",
+    "model_parallel_cuda_manual_seed",
+    "model_parallel_reconfigure_tp_seed",
+    "non_reentrant_checkpoint",
+    "partition_activations_in_checkpoint",
+    "reset",
+    "set_num_layers",
 ]
 
 CudaRNGStatesTracker = RNGStatesTracker  # DeepSpeed's name; remat's tracker works on CPU and CUDA alike
@@ -56,8 +68,11 @@ _KEYS = {
 }
 _MPU_METHODS = ("get_model_parallel_rank", "get_model_parallel_world_size", "get_model_parallel_group")
 # Megatron's mpu names the tensor-parallel group so; DeepSpeed prefers them when present, and so does remat.
-_TP_METHODS = ("get_tensor_model_parallel_rank", "get_tensor_model_parallel_world_size",
-               "get_tensor_model_parallel_group")
+_TP_METHODS = (
+    "get_tensor_model_parallel_rank",
+    "get_tensor_model_parallel_world_size",
+    "get_tensor_model_parallel_group",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,29 +94,44 @@ _profile: Profile | None = None
 _reserve: int | None = None  # arenas still to allocate up front (consumed by the first contiguous store)
 
 
-def configure(mpu_: Any = None, deepspeed_config: dict | str | os.PathLike | None = None,
-              partition_activations: bool | None = None, contiguous_checkpointing: bool | None = None,
-              num_checkpoints: int | None = None, checkpoint_in_cpu: bool | None = None,
-              synchronize: bool | None = None, profile: bool | None = None) -> None:
+def configure(
+    mpu_: Any = None,
+    deepspeed_config: dict | str | os.PathLike | None = None,
+    partition_activations: bool | None = None,
+    contiguous_checkpointing: bool | None = None,
+    num_checkpoints: int | None = None,
+    checkpoint_in_cpu: bool | None = None,
+    synchronize: bool | None = None,
+    profile: bool | None = None,
+) -> None:
     """Set how `checkpoint` keeps its inputs. Arguments that are not None override the `activation_checkpointing`
     section of `deepspeed_config` (a dict, or the path of a JSON file); what neither sets is off."""
     global _settings, _profile, _reserve, _configured
     values = _read_section(deepspeed_config)
-    given = dict(partition_activations=partition_activations, contiguous_checkpointing=contiguous_checkpointing,
-                 num_checkpoints=num_checkpoints, checkpoint_in_cpu=checkpoint_in_cpu, synchronize=synchronize,
-                 profile=profile)
+    given = dict(
+        partition_activations=partition_activations,
+        contiguous_checkpointing=contiguous_checkpointing,
+        num_checkpoints=num_checkpoints,
+        checkpoint_in_cpu=checkpoint_in_cpu,
+        synchronize=synchronize,
+        profile=profile,
+    )
     values.update({k: v for k, v in given.items() if v is not None})
     for name, value in values.items():
         if name != "num_checkpoints" and not isinstance(value, bool):
             raise TypeError(f"{name}={value!r}: expected True or False")
     count = values.get("num_checkpoints")
     if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count <= 0):
-        raise ValueError(f"num_checkpoints={count!r}: expected a positive int (checkpoints per step), or None to "
-                         "learn the number of buffers on the first step")
+        raise ValueError(
+            f"num_checkpoints={count!r}: expected a positive int (checkpoints per step), or None to "
+            "learn the number of buffers on the first step"
+        )
     if mpu_ is not None and _mpu_methods(mpu_) is None:
         missing = [m for m in _MPU_METHODS if not callable(getattr(mpu_, m, None))]
-        raise TypeError(f"mpu_={mpu_!r}: expected an object with methods {', '.join(_MPU_METHODS)} (or "
-                        f"{', '.join(_TP_METHODS)}); it lacks {', '.join(missing)}")
+        raise TypeError(
+            f"mpu_={mpu_!r}: expected an object with methods {', '.join(_MPU_METHODS)} (or "
+            f"{', '.join(_TP_METHODS)}); it lacks {', '.join(missing)}"
+        )
     _settings = Settings(mpu=mpu_, **values)
     _configured = True
     _profile = Profile() if _settings.profile else None
@@ -131,8 +161,10 @@ def _read_section(config: dict | str | os.PathLike | None) -> dict:
         return {}
     if isinstance(config, (str, os.PathLike)):
         if not os.path.isfile(config):
-            raise ValueError(f"deepspeed_config={str(config)!r}: no such file; pass the path of a DeepSpeed JSON "
-                             "config, a dict, or None")
+            raise ValueError(
+                f"deepspeed_config={str(config)!r}: no such file; pass the path of a DeepSpeed JSON "
+                "config, a dict, or None"
+            )
         with open(config) as f:
             config = json.load(f)
     if not isinstance(config, dict):
@@ -145,8 +177,9 @@ def _read_section(config: dict | str | os.PathLike | None) -> dict:
         if key not in _KEYS:
             close = difflib.get_close_matches(key, _KEYS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"deepspeed_config[{_SECTION!r}] has unknown key {key!r}{hint}; accepted keys: "
-                             f"{', '.join(_KEYS)}")
+            raise ValueError(
+                f"deepspeed_config[{_SECTION!r}] has unknown key {key!r}{hint}; accepted keys: {', '.join(_KEYS)}"
+            )
         if value is not None:
             values[_KEYS[key]] = value
     return values
@@ -175,8 +208,10 @@ def partition_activations_in_checkpoint(partition_activation: bool) -> None:
     """Turn `partition_activations` on or off, keeping the rest of the settings."""
     global _settings
     if not isinstance(partition_activation, bool):
-        raise TypeError(f"partition_activations_in_checkpoint(partition_activation={partition_activation!r}): "
-                        "expected True or False")
+        raise TypeError(
+            f"partition_activations_in_checkpoint(partition_activation={partition_activation!r}): "
+            "expected True or False"
+        )
     _settings = dataclasses.replace(get_settings(), partition_activations=partition_activation)
 
 
@@ -211,17 +246,23 @@ def non_reentrant_checkpoint(function: Callable[..., Any], *args: Any, **kwargs:
 def _run(function: Callable[..., Any], args: tuple, kwargs: dict, where: str) -> Any:
     global _reserve
     if not callable(function):
-        raise TypeError(f"{where.rsplit('.', 1)[-1]}(function={function!r}): expected a callable (a module or a "
-                        "function)")
+        raise TypeError(
+            f"{where.rsplit('.', 1)[-1]}(function={function!r}): expected a callable (a module or a function)"
+        )
     if torch.compiler.is_compiling():  # the compiled region is planned by remat; the keep-options are eager's
         return region.run(function, args, kwargs, region.DEFAULT, where)
     s = get_settings()
     if _profile is not None and (not _profile.steps or _profile.steps[-1].calls["recompute"]):
         _profile.new_step()  # the first checkpoint after a backward starts a step
     shards = _model_parallel(s.mpu) if s.partition_activations else None
-    stash = StashOptions(offload=s.checkpoint_in_cpu, shard=shards, contiguous=s.contiguous_checkpointing,
-                         profile_id=_profile.id if _profile is not None else -1, sync=s.synchronize,
-                         call_site=_call_site(function) if shards is not None else None)
+    stash = StashOptions(
+        offload=s.checkpoint_in_cpu,
+        shard=shards,
+        contiguous=s.contiguous_checkpointing,
+        profile_id=_profile.id if _profile is not None else -1,
+        sync=s.synchronize,
+        call_site=_call_site(function) if shards is not None else None,
+    )
     reserve, _reserve = _reserve, None
     return region.run(function, args, kwargs, region.RegionOptions(stash=stash), where, reserve)
 
@@ -269,8 +310,10 @@ def model_parallel_reconfigure_tp_seed(seed: int) -> None:
         raise TypeError(f"model_parallel_reconfigure_tp_seed(seed={seed!r}): expected an int")
     tracker = rng.TRACKER
     if MODEL_PARALLEL_RNG not in tracker.get_states():
-        raise ValueError(f"model_parallel_reconfigure_tp_seed(seed={seed}): there is no model-parallel stream to "
-                         "re-seed; call model_parallel_cuda_manual_seed(seed) first")
+        raise ValueError(
+            f"model_parallel_reconfigure_tp_seed(seed={seed}): there is no model-parallel stream to "
+            "re-seed; call model_parallel_cuda_manual_seed(seed) first"
+        )
     with tracker.fork(MODEL_PARALLEL_RNG):
         rng.manual_seed(seed + 2718 + _model_parallel_rank(), tracker.device)
 
@@ -304,20 +347,51 @@ def _set_cuda_rng_state(new_state: torch.Tensor, device: int | str | torch.devic
 # DeepSpeed's names that are not offered, with what to use instead.
 _PARTITIONING = "remat partitions checkpointed inputs itself: configure(mpu_, partition_activations=True)"
 _OFFLOAD = "remat offloads checkpointed inputs itself: configure(checkpoint_in_cpu=True)"
-_INTERNAL = "an internal helper of DeepSpeed's CheckpointFunction; checkpoint(fn, *args, **kwargs) handles tensor " \
-            "and non-tensor arguments itself"
-_STATE = "remat keeps the settings in one record: read it with get_settings(), is_configured(); change it with " \
-         "configure(...), set_num_layers(n), partition_activations_in_checkpoint(flag)"
+_INTERNAL = (
+    "an internal helper of DeepSpeed's CheckpointFunction; checkpoint(fn, *args, **kwargs) handles tensor "
+    "and non-tensor arguments itself"
+)
+_STATE = (
+    "remat keeps the settings in one record: read it with get_settings(), is_configured(); change it with "
+    "configure(...), set_num_layers(n), partition_activations_in_checkpoint(flag)"
+)
 _NOT_OFFERED = {
-    **dict.fromkeys(("get_partition_start", "get_partition_size", "partition_activations",
-                     "gather_partitioned_activations", "get_partitioned_activations_for_backward"), _PARTITIONING),
-    **dict.fromkeys(("get_cpu_activations_for_backward", "get_offloaded_activations_for_backward",
-                     "restore_offloaded_activations"), _OFFLOAD),
+    **dict.fromkeys(
+        (
+            "get_partition_start",
+            "get_partition_size",
+            "partition_activations",
+            "gather_partitioned_activations",
+            "get_partitioned_activations_for_backward",
+        ),
+        _PARTITIONING,
+    ),
+    **dict.fromkeys(
+        ("get_cpu_activations_for_backward", "get_offloaded_activations_for_backward", "restore_offloaded_activations"),
+        _OFFLOAD,
+    ),
     **dict.fromkeys(("extract_tensors", "merge_tensors", "is_activation_to_checkpoint"), _INTERNAL),
-    **dict.fromkeys(("mpu", "mp_rank", "mp_size", "mp_group", "num_layers", "PARTITION_ACTIVATIONS",
-                     "CONTIGUOUS_CHECKPOINTING", "CPU_CHECKPOINT", "SYNCHRONIZE", "PROFILE_TIME", "timers",
-                     "deepspeed_checkpointing_enabled", "contiguous_data_buffers", "contiguous_size_buffers",
-                     "data_offsets", "size_offsets"), _STATE),
+    **dict.fromkeys(
+        (
+            "mpu",
+            "mp_rank",
+            "mp_size",
+            "mp_group",
+            "num_layers",
+            "PARTITION_ACTIVATIONS",
+            "CONTIGUOUS_CHECKPOINTING",
+            "CPU_CHECKPOINT",
+            "SYNCHRONIZE",
+            "PROFILE_TIME",
+            "timers",
+            "deepspeed_checkpointing_enabled",
+            "contiguous_data_buffers",
+            "contiguous_size_buffers",
+            "data_offsets",
+            "size_offsets",
+        ),
+        _STATE,
+    ),
 }
 
 

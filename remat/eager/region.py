@@ -11,6 +11,7 @@ Inside torch.compile the region becomes torch.utils.checkpoint's non-reentrant r
 a graph break and which marks its nodes for remat's planner (see remat.regions). How the inputs are kept (offload,
 partition, contiguous) is then the compiled plan's business; those options apply to eager regions.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,8 +54,14 @@ def live_regions() -> list["Region"]:
     return list(_LIVE)
 
 
-def run(fn: Callable[..., Any], args: tuple, kwargs: dict, options: RegionOptions = DEFAULT,
-        where: str = "remat.checkpoint", reserve: int | None = None) -> Any:
+def run(
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    options: RegionOptions = DEFAULT,
+    where: str = "remat.checkpoint",
+    reserve: int | None = None,
+) -> Any:
     """`fn(*args, **kwargs)` as a checkpointed region. `reserve`: arenas to allocate up front (contiguous)."""
     if torch.compiler.is_compiling():
         return _lowered(fn, args, kwargs, options)
@@ -63,8 +70,11 @@ def run(fn: Callable[..., Any], args: tuple, kwargs: dict, options: RegionOption
     region = Region(fn, options, where)
     out = region.forward(args, kwargs, reserve)
     if region.packed == 0 and not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_leaves(out)):
-        warnings.warn(f"{where}: nothing in the checkpointed region requires grad (no input, no parameter), so "
-                      "no gradient will flow through it; it ran once, without checkpointing", stacklevel=3)
+        warnings.warn(
+            f"{where}: nothing in the checkpointed region requires grad (no input, no parameter), so "
+            "no gradient will flow through it; it ran once, without checkpointing",
+            stacklevel=3,
+        )
     return out
 
 
@@ -120,8 +130,10 @@ class Region:
     def recompute(self) -> None:
         o = self.options
         if torch.is_grad_enabled() and o.stash.offload:
-            raise RuntimeError(f"{self.where}: higher-order gradients (create_graph=True) through a region that "
-                               "offloads its inputs are not supported; turn offload off for this region")
+            raise RuntimeError(
+                f"{self.where}: higher-order gradients (create_graph=True) through a region that "
+                "offloads its inputs are not supported; turn offload off for this region"
+            )
         record = profiles.lookup(o.stash.profile_id)
         start = time.perf_counter()
         assert self.stash is not None  # set by the forward run that recomputation follows
@@ -159,12 +171,14 @@ class Region:
     def _check(self, found: list[torch.Tensor]) -> None:
         shapes = [(t.shape, t.dtype) for t in found]
         if shapes != self.shapes:
-            first = next((i for i, (a, b) in enumerate(zip(shapes, self.shapes)) if a != b), min(len(shapes),
-                                                                                                  len(self.shapes)))
+            first = next(
+                (i for i, (a, b) in enumerate(zip(shapes, self.shapes)) if a != b), min(len(shapes), len(self.shapes))
+            )
             raise RuntimeError(
                 f"{self.where}: the recomputation of the checkpointed region saved {len(shapes)} tensors where its "
                 f"forward saved {len(self.shapes)} (first difference at tensor {first}); the region must take the "
-                "same path every time it runs (no data- or state-dependent control flow beyond its inputs)")
+                "same path every time it runs (no data- or state-dependent control flow beyond its inputs)"
+            )
 
 
 def _identity(tensor: torch.Tensor) -> torch.Tensor:
@@ -214,8 +228,10 @@ def _running_stats_frozen():
                 for buffer, value in zip(_stats(module), saved.pop(module)):
                     buffer.copy_(value)
 
-    hooks = (torch.nn.modules.module.register_module_forward_pre_hook(before),
-             torch.nn.modules.module.register_module_forward_hook(after))
+    hooks = (
+        torch.nn.modules.module.register_module_forward_pre_hook(before),
+        torch.nn.modules.module.register_module_forward_hook(after),
+    )
     try:
         yield
     finally:
@@ -232,6 +248,10 @@ def _lowered(fn: Callable[..., Any], args: tuple, kwargs: dict, options: RegionO
     from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
     if options.save_ops:  # dynamo takes context_fn only when one is given
-        kwargs = dict(kwargs, context_fn=functools.partial(create_selective_checkpoint_contexts,
-                                                           functools.partial(_policy, options.save_ops)))
+        kwargs = dict(
+            kwargs,
+            context_fn=functools.partial(
+                create_selective_checkpoint_contexts, functools.partial(_policy, options.save_ops)
+            ),
+        )
     return checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=options.preserve_rng_state, **kwargs)

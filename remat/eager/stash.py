@@ -6,6 +6,7 @@ backward, `offload` keeps a host copy (``remat::offload`` / ``remat::reload``), 
 an arena of the pool (``remat::arena_store``), so steps after the first allocate nothing for it. Parameters and
 non-tensor arguments are always kept as they are.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -86,8 +87,11 @@ class Stash:
 
     def kept_tensors(self) -> list[torch.Tensor]:
         """The tensors the region holds for its recomputation (inputs, or their shards / host copies)."""
-        return [leaf.kept if isinstance(leaf, _Moved) else leaf for leaf in self.leaves
-                if isinstance(leaf, (_Moved, torch.Tensor))]
+        return [
+            leaf.kept if isinstance(leaf, _Moved) else leaf
+            for leaf in self.leaves
+            if isinstance(leaf, (_Moved, torch.Tensor))
+        ]
 
     def load(self, where: str) -> tuple[tuple, dict]:
         """The inputs again, on their devices, for the recomputation."""
@@ -97,7 +101,8 @@ class Stash:
             if i in self.versions and tensor_version(leaf) != self.versions[i]:
                 raise RuntimeError(
                     f"{where}: input {i} of the checkpointed region was modified in place after its forward, so "
-                    "its recomputation would differ; clone it before modifying it, or keep it out of the region")
+                    "its recomputation would differ; clone it before modifying it, or keep it out of the region"
+                )
             if not isinstance(leaf, _Moved):
                 continue
             with torch.no_grad():
@@ -139,6 +144,7 @@ def _to_arena(kept: list[torch.Tensor], options: StashOptions, reserve: int | No
         buffers.POOL.reserve(key, device, nbytes, reserve or 0)
         with torch.no_grad():
             for i in index:
-                out[i] = torch.ops.remat.arena_store(kept[i].contiguous(), key, len(index),
-                                                     options.profile_id, options.sync)
+                out[i] = torch.ops.remat.arena_store(
+                    kept[i].contiguous(), key, len(index), options.profile_id, options.sync
+                )
     return out

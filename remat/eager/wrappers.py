@@ -10,6 +10,7 @@ Wrapping patches the module's `forward` in place (the module, its class and its 
 returns the module. Each wrapped forward is one region: recomputed once in backward, or traced as a marked region
 inside torch.compile.
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,19 +30,31 @@ from . import autowrap, region
 from .region import RegionOptions
 from .stash import StashOptions
 
-__all__ = ["apply_activation_checkpointing", "checkpoint", "checkpoint_sequential", "checkpoint_wrapper",
-           "set_activation_checkpointing"]
+__all__ = [
+    "apply_activation_checkpointing",
+    "checkpoint",
+    "checkpoint_sequential",
+    "checkpoint_wrapper",
+    "set_activation_checkpointing",
+]
 
 _STRATEGY_RE = re.compile(r"group_([1-9]\d*)")
 _STRATEGY_FORMS = "'each', 'contiguous' or 'group_N' with N a positive int (e.g. 'group_2')"
 # modalities' default save set: matmuls, both fused attention kernels, max, reduce-scatter.
-DEFAULT_SAVE_OPS = ("aten.mm.default", "aten._scaled_dot_product_efficient_attention.default",
-                    "aten._scaled_dot_product_flash_attention.default", "aten.max.default",
-                    "_c10d_functional.reduce_scatter_tensor.default")
+DEFAULT_SAVE_OPS = (
+    "aten.mm.default",
+    "aten._scaled_dot_product_efficient_attention.default",
+    "aten._scaled_dot_product_flash_attention.default",
+    "aten.max.default",
+    "_c10d_functional.reduce_scatter_tensor.default",
+)
 _VARIANTS = {
-    "full": "full", "full_activation_checkpointing": "full",
-    "selective_layer": "selective_layer", "selective_layer_activation_checkpointing": "selective_layer",
-    "selective_op": "selective_op", "selective_op_activation_checkpointing": "selective_op",
+    "full": "full",
+    "full_activation_checkpointing": "full",
+    "selective_layer": "selective_layer",
+    "selective_layer_activation_checkpointing": "selective_layer",
+    "selective_op": "selective_op",
+    "selective_op_activation_checkpointing": "selective_op",
 }
 
 
@@ -52,21 +65,28 @@ def checkpoint(module_or_fn: Callable[..., Any], *args: Any, preserve_rng_state:
     return region.run(module_or_fn, args, kwargs, region.plain(preserve_rng_state), "remat.checkpoint")
 
 
-def checkpoint_sequential(sequential: nn.Sequential, input: Any, strategy: str = "each",
-                          preserve_rng_state: bool = True, pack_args_as_tuple: bool = False) -> Any:
+def checkpoint_sequential(
+    sequential: nn.Sequential,
+    input: Any,
+    strategy: str = "each",
+    preserve_rng_state: bool = True,
+    pack_args_as_tuple: bool = False,
+) -> Any:
     """Run an nn.Sequential with its children grouped into checkpointed regions (smp.checkpoint_sequential):
     "each" child its own region, "group_N" N consecutive children per region, "contiguous" one region for all.
     A child's tuple output is unpacked into the next child's arguments unless `pack_args_as_tuple`."""
     if not isinstance(sequential, nn.Sequential):
-        raise TypeError(f"checkpoint_sequential(sequential={type(sequential).__name__}): expected an nn.Sequential; "
-                        "wrap a single module with remat.checkpoint or remat.checkpoint_wrapper instead")
+        raise TypeError(
+            f"checkpoint_sequential(sequential={type(sequential).__name__}): expected an nn.Sequential; "
+            "wrap a single module with remat.checkpoint or remat.checkpoint_wrapper instead"
+        )
     children = list(sequential)
     size = group_size(strategy, len(children))
     args = _as_args(input, pack_args_as_tuple)
     options = region.plain(preserve_rng_state)
     out = input
     for start in range(0, len(children), size):
-        run_group = functools.partial(_run_children, tuple(children[start:start + size]), pack_args_as_tuple)
+        run_group = functools.partial(_run_children, tuple(children[start : start + size]), pack_args_as_tuple)
         out = region.run(run_group, args, {}, options, "remat.checkpoint_sequential")
         args = _as_args(out, pack_args_as_tuple)
     return out
@@ -96,8 +116,9 @@ def _run_children(children: tuple[nn.Module, ...], packed: bool, *args: Any) -> 
     return out
 
 
-def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = True, pack_args_as_tuple: bool = False,
-                                 strategy: str = "each") -> nn.Module:
+def set_activation_checkpointing(
+    module: nn.Module, preserve_rng_state: bool = True, pack_args_as_tuple: bool = False, strategy: str = "each"
+) -> nn.Module:
     """Checkpoint `module`'s forward from now on (smp.set_activation_checkpointing). An nn.Sequential runs its
     children by `strategy`; an nn.ModuleList has each layer checkpointed ("each" only: the list has no forward)."""
     if not isinstance(module, nn.Module):
@@ -105,19 +126,29 @@ def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = T
     if isinstance(module, nn.ModuleList):
         if strategy != "each":
             group_size(strategy, len(module))
-            raise ValueError(f"strategy={strategy!r}: an nn.ModuleList has no forward to group its layers in; "
-                             "use strategy='each', or put the layers in an nn.Sequential")
+            raise ValueError(
+                f"strategy={strategy!r}: an nn.ModuleList has no forward to group its layers in; "
+                "use strategy='each', or put the layers in an nn.Sequential"
+            )
         for layer in module:
             set_activation_checkpointing(layer, preserve_rng_state, pack_args_as_tuple, strategy)
         return module
     group_size(strategy, 1)
     sequential = isinstance(module, nn.Sequential)
-    return _patch(module, Spec("remat.set_activation_checkpointing", preserve_rng_state,
-                               strategy=strategy if sequential else None, pack_args_as_tuple=pack_args_as_tuple))
+    return _patch(
+        module,
+        Spec(
+            "remat.set_activation_checkpointing",
+            preserve_rng_state,
+            strategy=strategy if sequential else None,
+            pack_args_as_tuple=pack_args_as_tuple,
+        ),
+    )
 
 
-def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False,
-                       maintain_forward_counter: bool = False) -> nn.Module:
+def checkpoint_wrapper(
+    module: nn.Module, offload_to_cpu: bool = False, maintain_forward_counter: bool = False
+) -> nn.Module:
     """Checkpoint `module`'s forward (FairScale's checkpoint_wrapper): keyword and keyword-only arguments,
     non-tensor inputs and outputs pass through; with `offload_to_cpu` its inputs wait for backward in host memory.
     With `maintain_forward_counter` every submodule gets a `_checkpoint_fwd_counter`, raised by one per checkpointed
@@ -128,16 +159,23 @@ def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False,
     if maintain_forward_counter:
         for child in module.modules():
             child._checkpoint_fwd_counter = 0  # type: ignore[assignment]  # nn.Module types attributes as Tensor | Module
-    return _patch(module, Spec("remat.checkpoint_wrapper", offload=bool(offload_to_cpu),
-                               forward_counter=bool(maintain_forward_counter)))
+    return _patch(
+        module,
+        Spec("remat.checkpoint_wrapper", offload=bool(offload_to_cpu), forward_counter=bool(maintain_forward_counter)),
+    )
 
 
-def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum | Callable | None = None,
-                                   layers_fqn: str | Callable | None = None, ac_freq: int | Any = None,
-                                   save_ops: Iterable[Any] | None = None, *,
-                                   checkpoint_wrapper_fn: Callable[..., nn.Module] | None = None,
-                                   check_fn: Callable[[nn.Module], bool] | None = None,
-                                   auto_wrap_policy: Any = None) -> nn.Module:
+def apply_activation_checkpointing(
+    model: nn.Module,
+    variant: str | enum.Enum | Callable | None = None,
+    layers_fqn: str | Callable | None = None,
+    ac_freq: int | Any = None,
+    save_ops: Iterable[Any] | None = None,
+    *,
+    checkpoint_wrapper_fn: Callable[..., nn.Module] | None = None,
+    check_fn: Callable[[nn.Module], bool] | None = None,
+    auto_wrap_policy: Any = None,
+) -> nn.Module:
     """Checkpoint layers of `model`, in modalities' call form or in torch's; returns the model.
 
     modalities' form, `(model, variant, layers_fqn, ac_freq=None, save_ops=None)`: checkpoint the layers of the
@@ -154,35 +192,46 @@ def apply_activation_checkpointing(model: nn.Module, variant: str | enum.Enum | 
     torch_form: tuple[Any, Any, Any] = (checkpoint_wrapper_fn, check_fn, auto_wrap_policy)
     if callable(variant) and not isinstance(variant, (str, enum.Enum)):  # torch's form, positionally
         if any(a is not None for a in torch_form) or save_ops is not None:
-            raise TypeError("apply_activation_checkpointing: torch's form takes (model, checkpoint_wrapper_fn, "
-                            "check_fn, auto_wrap_policy) positionally or by keyword, not both")
+            raise TypeError(
+                "apply_activation_checkpointing: torch's form takes (model, checkpoint_wrapper_fn, "
+                "check_fn, auto_wrap_policy) positionally or by keyword, not both"
+            )
         torch_form, variant, layers_fqn, ac_freq = (variant, layers_fqn, ac_freq), None, None, None
     modalities_form = {"variant": variant, "layers_fqn": layers_fqn, "ac_freq": ac_freq, "save_ops": save_ops}
     given = [f"{k}={v!r}" for k, v in modalities_form.items() if v is not None]
     if variant is None:
         if given:
-            raise TypeError(f"apply_activation_checkpointing({', '.join(given)}): modalities' form needs variant "
-                            "('full', 'selective_layer' or 'selective_op') and layers_fqn")
+            raise TypeError(
+                f"apply_activation_checkpointing({', '.join(given)}): modalities' form needs variant "
+                "('full', 'selective_layer' or 'selective_op') and layers_fqn"
+            )
         wrapper_fn, check, policy = torch_form
         return autowrap.apply(model, checkpoint_wrapper if wrapper_fn is None else wrapper_fn, check, policy)
     if any(a is not None for a in torch_form):
-        names = [n for n, a in zip(("checkpoint_wrapper_fn", "check_fn", "auto_wrap_policy"), torch_form)
-                 if a is not None]
-        raise TypeError(f"apply_activation_checkpointing: {', '.join(names)} (torch's form) cannot be combined with "
-                        f"variant={variant!r} (modalities' form); call apply_activation_checkpointing(model, variant, "
-                        "layers_fqn, ac_freq=..., save_ops=...) or apply_activation_checkpointing(model, "
-                        "checkpoint_wrapper_fn=..., check_fn=..., auto_wrap_policy=...)")
+        names = [
+            n for n, a in zip(("checkpoint_wrapper_fn", "check_fn", "auto_wrap_policy"), torch_form) if a is not None
+        ]
+        raise TypeError(
+            f"apply_activation_checkpointing: {', '.join(names)} (torch's form) cannot be combined with "
+            f"variant={variant!r} (modalities' form); call apply_activation_checkpointing(model, variant, "
+            "layers_fqn, ac_freq=..., save_ops=...) or apply_activation_checkpointing(model, "
+            "checkpoint_wrapper_fn=..., check_fn=..., auto_wrap_policy=...)"
+        )
     if not isinstance(layers_fqn, str):
-        raise TypeError(f"layers_fqn={layers_fqn!r}: variant {variant!r} needs layers_fqn, the path of the "
-                        "nn.ModuleList of layers, e.g. 'transformer.h'")
+        raise TypeError(
+            f"layers_fqn={layers_fqn!r}: variant {variant!r} needs layers_fqn, the path of the "
+            "nn.ModuleList of layers, e.g. 'transformer.h'"
+        )
     kind = _variant(variant)
     try:
         layers = model.get_submodule(layers_fqn)
     except AttributeError as exc:
         raise ValueError(f"layers_fqn={layers_fqn!r}: {exc}") from None
     if not isinstance(layers, nn.ModuleList):
-        raise TypeError(f"layers_fqn={layers_fqn!r} is a {type(layers).__name__}; expected the path of an "
-                        "nn.ModuleList of layers, e.g. 'transformer.h'")
+        raise TypeError(
+            f"layers_fqn={layers_fqn!r} is a {type(layers).__name__}; expected the path of an "
+            "nn.ModuleList of layers, e.g. 'transformer.h'"
+        )
     if ac_freq is not None and (isinstance(ac_freq, bool) or not isinstance(ac_freq, int) or ac_freq <= 0):
         raise ValueError(f"ac_freq={ac_freq!r}: expected a positive int (checkpoint every ac_freq-th layer)")
     if kind == "selective_layer" and ac_freq is None:
@@ -203,8 +252,10 @@ def _variant(variant: str | enum.Enum) -> str:
         name = variant.value if isinstance(variant.value, str) else variant.name
     key = name.lower() if isinstance(name, str) else None
     if key not in _VARIANTS:
-        raise ValueError(f"variant={variant!r}: expected 'full', 'selective_layer' or 'selective_op' (or "
-                         "FULL_/SELECTIVE_LAYER_/SELECTIVE_OP_ACTIVATION_CHECKPOINTING)")
+        raise ValueError(
+            f"variant={variant!r}: expected 'full', 'selective_layer' or 'selective_op' (or "
+            "FULL_/SELECTIVE_LAYER_/SELECTIVE_OP_ACTIVATION_CHECKPOINTING)"
+        )
     return _VARIANTS[key]
 
 
@@ -214,12 +265,14 @@ def _save_set(save_ops: Iterable[Any]) -> tuple[str, ...]:
         save_ops = [save_ops]
     entries = list(save_ops)
     if not entries:
-        raise ValueError("save_ops=[]: an empty save set recomputes everything, which is variant 'full'; pass op "
-                         "names such as ['aten.mm'], or None for the default set")
+        raise ValueError(
+            "save_ops=[]: an empty save set recomputes everything, which is variant 'full'; pass op "
+            "names such as ['aten.mm'], or None for the default set"
+        )
     names = set()
     for entry in entries:
         if isinstance(entry, str) and entry.startswith("ops."):
-            entry = entry[len("ops."):]  # modalities' save_ops_keys: "ops.aten.mm.default"
+            entry = entry[len("ops.") :]  # modalities' save_ops_keys: "ops.aten.mm.default"
         try:
             names.add(str(resolve_op(entry)))
         except (TypeError, ValueError) as exc:
@@ -249,8 +302,10 @@ class CheckpointedForward:
         self.spec = spec
         self.inner = inner  # a forward set on the instance before remat's, if any
         self.options = RegionOptions(
-            preserve_rng_state=spec.preserve_rng_state, stash=StashOptions(offload=spec.offload),
-            save_ops=frozenset(resolve_op(name) for name in spec.save_ops))
+            preserve_rng_state=spec.preserve_rng_state,
+            stash=StashOptions(offload=spec.offload),
+            save_ops=frozenset(resolve_op(name) for name in spec.save_ops),
+        )
 
     def _live_module(self) -> nn.Module:
         module = self._module()
@@ -263,11 +318,20 @@ class CheckpointedForward:
         if s.strategy is not None:
             assert isinstance(module, nn.Sequential)  # strategy is set for nn.Sequential only
             (x,) = args  # nn.Sequential's forward takes one input
-            return checkpoint_sequential(module, x, strategy=s.strategy, preserve_rng_state=s.preserve_rng_state,
-                                         pack_args_as_tuple=s.pack_args_as_tuple)
+            return checkpoint_sequential(
+                module,
+                x,
+                strategy=s.strategy,
+                preserve_rng_state=s.preserve_rng_state,
+                pack_args_as_tuple=s.pack_args_as_tuple,
+            )
         original = self.inner if self.inner is not None else functools.partial(type(module).forward, module)
-        if s.forward_counter and torch.is_grad_enabled() and not torch.is_inference_mode_enabled() \
-                and not torch.compiler.is_compiling():
+        if (
+            s.forward_counter
+            and torch.is_grad_enabled()
+            and not torch.is_inference_mode_enabled()
+            and not torch.compiler.is_compiling()
+        ):
             original = _ForwardCounter(module, original)
         return region.run(original, args, kwargs, self.options, s.where)
 

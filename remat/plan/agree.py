@@ -1,4 +1,5 @@
 """Every rank of a sharded job (partition=) takes the same decisions: plans are compared across the group."""
+
 from __future__ import annotations
 
 import hashlib
@@ -33,7 +34,9 @@ def check_ranks_agree(plan, group) -> None:
                 raise RankDisagreement(
                     f"partition: rank {rank} planned decision {i} as {b[0]} → {b[1]}, rank 0 as {a[0]} → {a[1]}; "
                     "every rank must plan the same graph identically (same model, inputs shapes and remat options; "
-                    "a policy must not depend on the rank)")
+                    "a policy must not depend on the rank)"
+                )
         raise RankDisagreement(
             f"partition: rank {rank} planned {len(other[1])} decisions, rank 0 planned {len(reference[1])} "
-            f"(plan hashes {other[0]} vs {reference[0]}); every rank must compile the same graph with the same options")
+            f"(plan hashes {other[0]} vs {reference[0]}); every rank must compile the same graph with the same options"
+        )

@@ -1,5 +1,6 @@
 """The graph facts as flat integer arrays, indexed by joint-graph position: what the hot loops of resolve, schedule
 and simulate read (the solvers call them hundreds of times per graph)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -9,8 +10,13 @@ from ..capture import Graph, Role
 from . import fusion
 
 PRIMAL, TANGENT, FORWARD, BACKWARD, OUTPUT = range(5)
-_CODES = {Role.PRIMAL: PRIMAL, Role.TANGENT: TANGENT, Role.FORWARD: FORWARD, Role.BACKWARD: BACKWARD,
-          Role.OUTPUT: OUTPUT}
+_CODES = {
+    Role.PRIMAL: PRIMAL,
+    Role.TANGENT: TANGENT,
+    Role.FORWARD: FORWARD,
+    Role.BACKWARD: BACKWARD,
+    Role.OUTPUT: OUTPUT,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +66,9 @@ def arrays(graph: Graph) -> Arrays:
         allocates=tuple(not v.is_view and v.nbytes > 0 for v in graph.values),
         instances=tuple(instance(v) for v in graph.values),
         workspace=tuple(_workspace(graph, v, index) for v in graph.values),
-        getitems=tuple(tuple(index[u] for u in v.users if graph[u].op == "getitem") if v.is_multi else ()
-                       for v in graph.values),
+        getitems=tuple(
+            tuple(index[u] for u in v.users if graph[u].op == "getitem") if v.is_multi else () for v in graph.values
+        ),
         kinds=tuple(fusion.kind(v) for v in graph.values),
         folds=tuple(index[t] if (t := fusion.addmm_target(graph, v)) else -1 for v in graph.values),
         users=tuple(tuple(index[u] for u in v.users) for v in graph.values),

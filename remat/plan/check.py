@@ -1,4 +1,5 @@
 """Invariant checks of a plan: `remat.check_plan(plan)`, and run while compiling under RematConfig(debug=True)."""
+
 from __future__ import annotations
 
 import collections
@@ -32,10 +33,12 @@ def check_plan(plan, resolved: Resolved | None = None) -> None:
         return
     problem, resolved = getattr(plan, "problem", None), getattr(plan, "resolved", None)
     if problem is None or resolved is None:
-        raise TypeError(f"check_plan({type(plan).__name__}): expected a remat.Plan made by remat (explain, last_plan, "
-                        "recent_plans); this one carries no graph to check it against")
+        raise TypeError(
+            f"check_plan({type(plan).__name__}): expected a remat.Plan made by remat (explain, last_plan, "
+            "recent_plans); this one carries no graph to check it against"
+        )
     timeline = plan.timeline
-    _check_structure(problem, resolved, list(timeline.steps[timeline.num_forward:]))
+    _check_structure(problem, resolved, list(timeline.steps[timeline.num_forward :]))
     _check_decisions(plan, problem, resolved)
     _check_figures(plan, problem, resolved)
 
@@ -64,8 +67,10 @@ def _check_structure(problem: Problem, resolved: Resolved, backward: list[str] |
                 continue
             if role is Role.PRIMAL and graph[inp].is_tensor is False:
                 continue  # symbolic sizes of inputs travel as integers
-            raise PlanInvariantError(f"backward node {name} ({graph[name].op}) reads {inp}, which is neither "
-                                     "saved, recomputed earlier, nor an input")
+            raise PlanInvariantError(
+                f"backward node {name} ({graph[name].op}) reads {inp}, which is neither "
+                "saved, recomputed earlier, nor an input"
+            )
         available.add(name)
 
 
@@ -85,13 +90,15 @@ def _check_decisions(plan, problem: Problem, resolved: Resolved) -> None:
     for d in plan.decisions:
         if d.op == "rng state":
             if d.name not in states or d.nbytes != replay[states[d.name]]:
-                raise PlanInvariantError(f"decision {d.name} keeps a generator state, but the plan replays no "
-                                         "random op with it")
+                raise PlanInvariantError(
+                    f"decision {d.name} keeps a generator state, but the plan replays no random op with it"
+                )
             continue
         expected = expected_by_action.get(d.action, resolved.recomputed)
         if d.name not in expected:
-            raise PlanInvariantError(f"decision {d.name} ({d.op}) says {d.action.value}, but the plan does not "
-                                     f"{d.action.value} it")
+            raise PlanInvariantError(
+                f"decision {d.name} ({d.op}) says {d.action.value}, but the plan does not {d.action.value} it"
+            )
     missing_states = sorted(set(states) - set(names))
     if missing_states:
         raise PlanInvariantError(f"random ops replayed without a generator-state decision: {missing_states}")
@@ -100,16 +107,18 @@ def _check_decisions(plan, problem: Problem, resolved: Resolved) -> None:
     for name in sorted(saved_owners | resolved.recomputed, key=lambda n: graph[n].index):
         v = graph[name]
         if (v.is_tensor or v.is_multi) and graph[v.storage].role is Role.FORWARD and name not in listed:
-            raise PlanInvariantError(f"{name} ({v.op}) is {'saved' if name in resolved.saved else 'recomputed'} "
-                                     "but has no decision")
+            raise PlanInvariantError(
+                f"{name} ({v.op}) is {'saved' if name in resolved.saved else 'recomputed'} but has no decision"
+            )
 
 
 def _check_figures(plan, problem: Problem, resolved: Resolved) -> None:
     fresh = simulate(problem, resolved)
     for figure in ("saved_bytes", "peak_bytes"):
         if getattr(plan, figure) != getattr(fresh, figure):
-            raise PlanInvariantError(f"plan.{figure}={getattr(plan, figure)}, but simulating the plan gives "
-                                     f"{getattr(fresh, figure)}")
+            raise PlanInvariantError(
+                f"plan.{figure}={getattr(plan, figure)}, but simulating the plan gives {getattr(fresh, figure)}"
+            )
     if plan.timeline.steps != fresh.steps or plan.timeline.live != fresh.live:
         raise PlanInvariantError("the plan's timeline is not the simulated schedule of its saved/recomputed sets")
     saved = sum(d.kept for d in plan.decisions)
@@ -119,5 +128,6 @@ def _check_figures(plan, problem: Problem, resolved: Resolved) -> None:
     if plan.recompute_flops != flops:
         raise PlanInvariantError(f"plan.recompute_flops={plan.recompute_flops}, but its recomputed values cost {flops}")
     if plan.budget_bytes is not None and plan.feasible != (plan.peak_bytes <= plan.budget_bytes):
-        raise PlanInvariantError(f"plan.feasible={plan.feasible} with peak {plan.peak_bytes} and budget "
-                                 f"{plan.budget_bytes}")
+        raise PlanInvariantError(
+            f"plan.feasible={plan.feasible} with peak {plan.peak_bytes} and budget {plan.budget_bytes}"
+        )

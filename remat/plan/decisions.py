@@ -1,5 +1,6 @@
 """The Decision rows of values that leave the device or come with extra state: offloaded, sharded over ranks, kept
 whole where sharding cannot apply, and a replayed random op's generator state; each with its reason."""
+
 from __future__ import annotations
 
 from ..annotate import Action
@@ -22,19 +23,33 @@ def transfer_decision(problem, resolved, name: str, reason: str):
     if action is Action.OFFLOAD:
         copies = fmt_bytes(move.host_copies * v.nbytes)
         why = problem.constraints.must_offload.get(name) or (
-            "offload=True" if problem.transfer.offload is True else
-            f"offload=\"auto\": {copies} of copies hide behind the forward compute after it")
+            "offload=True"
+            if problem.transfer.offload is True
+            else f'offload="auto": {copies} of copies hide behind the forward compute after it'
+        )
         where = "; on CPU the host is the device, so no bytes leave" if v.device == "cpu" else ""
         ms = 1e3 * transfer_seconds(v, move, problem.transfer)
-        return (action, kept,
-                f"offloaded to host ({why}): {copies} of copies, {ms:.2f} ms at host_bandwidth{where}")
+        return (action, kept, f"offloaded to host ({why}): {copies} of copies, {ms:.2f} ms at host_bandwidth{where}")
     if action is Action.SHARD:
-        return (action, kept, f"partitioned over {world} ranks: {fmt_bytes(kept)} kept here; backward all-gathers "
-                              f"{fmt_bytes(kept * world)}")
+        return (
+            action,
+            kept,
+            f"partitioned over {world} ranks: {fmt_bytes(kept)} kept here; backward all-gathers "
+            f"{fmt_bytes(kept * world)}",
+        )
     return action, kept, f"{move.participle}: {fmt_bytes(kept)} kept on the device"
 
 
 def rng_state_decision(value, nbytes: int):
     """The generator state a replayed random op keeps, as a saved row of its own."""
-    return Decision(f"{value.name}_rng_state", "rng state", value.module_path, (nbytes,), "uint8", nbytes, 0,
-                    Action.SAVE, f"generator state before {value.op}: backward replays it with the same numbers")
+    return Decision(
+        f"{value.name}_rng_state",
+        "rng state",
+        value.module_path,
+        (nbytes,),
+        "uint8",
+        nbytes,
+        0,
+        Action.SAVE,
+        f"generator state before {value.op}: backward replays it with the same numbers",
+    )

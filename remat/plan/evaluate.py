@@ -7,6 +7,7 @@ rises as the budget falls. The evaluator is a solver's whole view of the plannin
 simulations it carries how to pick (`Evaluator.pick`: cheapest, or frugal for a graph later graphs of its step follow)
 and how long an exact solver may search.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -117,6 +118,10 @@ def pick_frugal(family: list[Scored], budget: int, least: int) -> Scored:
     order = range(len(family))
     feasible = [i for i in order if family[i].peak <= budget]
     if feasible:
-        return family[min(feasible, key=lambda i: (max(family[i].peak, family[i].saved + least), family[i].cost,
-                                                   family[i].saved, i))]
+        return family[
+            min(
+                feasible,
+                key=lambda i: (max(family[i].peak, family[i].saved + least), family[i].cost, family[i].saved, i),
+            )
+        ]
     return family[min(order, key=lambda i: (family[i].peak, family[i].saved, family[i].cost, i))]

@@ -6,6 +6,7 @@ builders named (greedy's, mincut's). Where random ops may be replayed, the propo
 the proposals made with every such output saved, so an empty save list never yields a costlier plan than a one-kind
 list. `pick` then takes from it what a budget allows (evaluate.py).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,18 +49,22 @@ def _heavy_ops_saved(problem: Problem) -> list[tuple[str, Problem]]:
     for name in problem.choosable:
         if graph[name].op in HEAVY_OPS:
             by_kind.setdefault(graph[name].op, set()).add(name)
-    return [(kind, _with_saved(problem, names, f"save_ops: {kind}", kinds_saved=True))
-            for kind, names in sorted(by_kind.items())]
+    return [
+        (kind, _with_saved(problem, names, f"save_ops: {kind}", kinds_saved=True))
+        for kind, names in sorted(by_kind.items())
+    ]
 
 
 def _with_saved(problem: Problem, names: set[str], reason: str, kinds_saved: bool = False) -> Problem:
     """`problem` with `names` saved (no longer choosable)."""
     c = problem.constraints
     must_save = dict(c.must_save, **{n: reason for n in names})
-    constraints = dataclasses.replace(c, must_save=types.MappingProxyType(must_save),
-                                      kinds_saved=c.kinds_saved or kinds_saved)
-    return dataclasses.replace(problem, constraints=constraints,
-                               choosable=tuple(n for n in problem.choosable if n not in names))
+    constraints = dataclasses.replace(
+        c, must_save=types.MappingProxyType(must_save), kinds_saved=c.kinds_saved or kinds_saved
+    )
+    return dataclasses.replace(
+        problem, constraints=constraints, choosable=tuple(n for n in problem.choosable if n not in names)
+    )
 
 
 def _random_ops_saved(problem: Problem) -> Problem | None:

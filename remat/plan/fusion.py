@@ -23,6 +23,7 @@ inductor does not run the forward and backward modules node by node. The simulat
 Pure functions of the graph facts and the plan; forward and backward (with its recomputation) are separate modules,
 as each is its own inductor graph.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -34,15 +35,34 @@ READS_LIMIT = 4  # torch._inductor.config.realize_reads_threshold
 ACC_READS_LIMIT = {"cpu": 12}
 ACC_READS_DEFAULT = 8
 # On CPU inductor writes out a loop read by several kernels when it computes one of these (ir.should_realize_on_reuse).
-HEAVY_CPU = frozenset({"aten.exp.default", "aten.log.default", "aten.log10.default", "aten.log1p.default",
-                       "aten.log2.default", "aten.sigmoid.default", "aten.tanh.default"})
+HEAVY_CPU = frozenset(
+    {
+        "aten.exp.default",
+        "aten.log.default",
+        "aten.log10.default",
+        "aten.log1p.default",
+        "aten.log2.default",
+        "aten.sigmoid.default",
+        "aten.tanh.default",
+    }
+)
 
 OPAQUE, POINTWISE, REDUCTION = 0, 1, 2
 # Ops inductor generates inside the kernels that read them though no tag marks them pointwise: value creators, and
 # gathers (a load at computed indices).
-_GENERATORS = frozenset({"aten.full.default", "aten.scalar_tensor.default", "prims.iota.default",
-                         "aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default",
-                         "aten.embedding.default", "aten.index.Tensor", "aten.gather.default"})
+_GENERATORS = frozenset(
+    {
+        "aten.full.default",
+        "aten.scalar_tensor.default",
+        "prims.iota.default",
+        "aten.full_like.default",
+        "aten.zeros_like.default",
+        "aten.ones_like.default",
+        "aten.embedding.default",
+        "aten.index.Tensor",
+        "aten.gather.default",
+    }
+)
 _MM, _ADD = "aten.mm.default", "aten.add.Tensor"
 
 
@@ -88,8 +108,9 @@ def folded(a, order: Sequence[int], member: bytearray, kept: bytearray) -> bytea
     return out
 
 
-def inlined(a, order: Sequence[int], member: bytearray, kept: bytearray, eligible: bytearray,
-            folded_mm: bytearray) -> bytearray:
+def inlined(
+    a, order: Sequence[int], member: bytearray, kept: bytearray, eligible: bytearray, folded_mm: bytearray
+) -> bytearray:
     """Per position, 1 for a value of `eligible` that inductor computes inside the kernels reading it: a pointwise
     value every reader of which (in the module) is a pointwise or reduction loop, and not one an addmm reads; still
     written out when several kernels read it and computing it in each would read more than READS_LIMIT buffers.
@@ -175,8 +196,10 @@ def reuse(spans: list[tuple[int, int, int]], keys: Sequence, boundary: int) -> l
     lasts = [last for _, _, last in spans]
     key = [keys[owner] for owner, _, _ in spans]
     ends = list(lasts)
-    for module in ([k for k in range(len(spans)) if firsts[k] < boundary and lasts[k] < boundary],
-                   [k for k in range(len(spans)) if firsts[k] >= boundary and lasts[k] >= boundary]):
+    for module in (
+        [k for k in range(len(spans)) if firsts[k] < boundary and lasts[k] < boundary],
+        [k for k in range(len(spans)) if firsts[k] >= boundary and lasts[k] >= boundary],
+    ):
         # Steps in order; at a step, a kernel's outputs are allocated before it runs, and what it read last is
         # released after: an allocation at step s can take only buffers released before s. Sorting is stable, so
         # spans of one step keep their order.

@@ -10,6 +10,7 @@ On large graphs a walk moves several values per step so that it simulates at mos
 as the graph grows, since each simulation costs time linear in its size. The walks do not depend on the budget, so
 `pick` (cheapest plan meeting the budget) gives peaks that never rise as the budget falls.
 """
+
 from __future__ import annotations
 
 from .evaluate import Evaluator, Scored
@@ -38,8 +39,10 @@ def rankings(problem: Problem, evaluator: Evaluator) -> list[list[str]]:
     span = len(baseline.steps) - first_bw or 1
     held = {n: graph[n].nbytes * (max(b - first_bw, 0) + 1) / span for n, (_, b) in baseline.saved_spans.items()}
     choosable = list(problem.choosable)
-    return [sorted(choosable, key=lambda n: ratio(problem, n)),
-            sorted(choosable, key=lambda n: ratio(problem, n, held.get(n, graph[n].nbytes)))]
+    return [
+        sorted(choosable, key=lambda n: ratio(problem, n)),
+        sorted(choosable, key=lambda n: ratio(problem, n, held.get(n, graph[n].nbytes))),
+    ]
 
 
 def prefix_lengths(n: int, steps: int) -> list[int]:
@@ -57,8 +60,9 @@ def peak_walk(problem: Problem, evaluator: Evaluator, start: frozenset[str] = fr
     walk = [current]
     while True:
         timeline = evaluator.timeline(current.resolved)
-        options = sorted((n for n in timeline.live_at_peak() if n in choosable and n not in chosen),
-                         key=lambda n: ratio(problem, n))
+        options = sorted(
+            (n for n in timeline.live_at_peak() if n in choosable and n not in chosen), key=lambda n: ratio(problem, n)
+        )
         if not options:
             return walk
         chosen.update(options[:batch])
@@ -71,4 +75,3 @@ def family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
     for ranking in rankings(problem, evaluator):
         members.extend(evaluator.score(ranking[:k]) for k in prefix_lengths(len(ranking), max_steps(problem)))
     return members
-

@@ -4,6 +4,7 @@ One memory model: nothing here decides what is live. `liveness` runs `simulate.l
 fusion habits and buffer reuse, transfers) under two plans and reads off, per step, what every plan keeps live and
 what each candidate keeps live when saved and when recomputed; a change to the simulation reaches the MILP as is.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,8 +53,9 @@ def liveness(problem: Problem) -> Liveness:
     for which, resolved in (("saved", problem.resolve(())), ("recomputed", problem.resolve(problem.choosable))):
         life = lifetimes(problem, resolved)
         steps = life.fw + life.bw
-        at = [row_of.get(i, -1) if (p < len(life.fw)) == (a.role[i] != BACKWARD_ROLE) else -1
-              for p, i in enumerate(steps)]  # the row a step is, or -1 (a recomputation or forward extra)
+        at = [
+            row_of.get(i, -1) if (p < len(life.fw)) == (a.role[i] != BACKWARD_ROLE) else -1 for p, i in enumerate(steps)
+        ]  # the row a step is, or -1 (a recomputation or forward extra)
         first_row, last_row = [len(rows)] * (len(steps) + 1), [-1] * (len(steps) + 1)
         for p in reversed(range(len(steps))):
             first_row[p] = at[p] if at[p] >= 0 else first_row[p + 1]
@@ -75,8 +77,7 @@ def liveness(problem: Problem) -> Liveness:
                 # further back, and readers recomputed only here read it later)
                 first_read, last_read = reads.get(owner, (len(rows), -1))
                 if which == "recomputed" and max(lo, first_read) <= min(hi, last_read):
-                    spans["recomputed"].setdefault(name, []).append((max(lo, first_read), min(hi, last_read),
-                                                                    term[2]))
+                    spans["recomputed"].setdefault(name, []).append((max(lo, first_read), min(hi, last_read), term[2]))
             elif which == "saved":
                 # saved: live to the end of the forward and to its last backward reader at least (only here do
                 # must-recompute readers read it, and a value not saved here is saved for a recomputed reader)
@@ -94,7 +95,8 @@ def liveness(problem: Problem) -> Liveness:
                 i = a.index[name]
                 if i in fw_pos and i in bw_pos and first_row[fw_pos[i]] <= last_row[bw_pos[i]]:
                     spans["recomputed"].setdefault(name, []).append(
-                        (first_row[fw_pos[i]], last_row[bw_pos[i]], problem.constraints.replay[name]))
+                        (first_row[fw_pos[i]], last_row[bw_pos[i]], problem.constraints.replay[name])
+                    )
     merged = [0] * (len(rows) + 1)
     for terms in spans["forward"].values():
         for lo, hi, size in terms:
@@ -105,6 +107,9 @@ def liveness(problem: Problem) -> Liveness:
     for name, terms in spans["saved"].items():
         after = max((hi for _, hi, _ in spans["forward"].get(name, ())), default=-1)
         saved[name] = tuple((max(lo, after + 1), hi, size) for lo, hi, size in terms if hi > after)
-    return Liveness(tuple(rows), tuple(min(x, y) + f for x, y, f in zip(*bases, forward)),
-                    types.MappingProxyType(saved),
-                    types.MappingProxyType({n: tuple(t) for n, t in spans["recomputed"].items()}))
+    return Liveness(
+        tuple(rows),
+        tuple(min(x, y) + f for x, y, f in zip(*bases, forward)),
+        types.MappingProxyType(saved),
+        types.MappingProxyType({n: tuple(t) for n, t in spans["recomputed"].items()}),
+    )

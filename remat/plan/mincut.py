@@ -24,6 +24,7 @@ price's), which saves all it may where recomputing costs anything. Neither walk 
 on seeded random graphs (benchmarks/solver_misses.py; tests/test_mincut.py). The grid, the rounds and the walks do
 not depend on the budget: `pick` takes the cheapest plan of the family whose *simulated peak* meets it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,9 +39,9 @@ from .problem import Problem, Resolved
 from .simulate import BACKWARD, Timeline, lifetimes
 
 SOURCE, SINK = "<source>", "<sink>"
-PRICE_STEPS = tuple(2.0 ** k for k in range(-10, 11, 2))
+PRICE_STEPS = tuple(2.0**k for k in range(-10, 11, 2))
 LARGE_GRAPH = 5000  # nodes; beyond it a coarser price grid keeps planning near a second
-LARGE_PRICE_STEPS = tuple(2.0 ** k for k in range(-8, 9, 4))
+LARGE_PRICE_STEPS = tuple(2.0**k for k in range(-8, 9, 4))
 PEAK_ROUNDS = 8  # re-cuts after each distinct plan of the sweep
 PEAK_WEIGHT = 4  # factor on a value's bytes per round it is live at the peak
 REPAIR_STARTS = 3  # lowest-peak plans repaired
@@ -84,13 +85,16 @@ class Held:
         steps, kinds, p = timeline.steps, timeline.kinds, timeline.peak_step
         if p < timeline.num_forward:
             return []
-        node = next((steps[q] for q in range(p, len(steps)) if kinds[q] == BACKWARD and steps[q] in self.position),
-                    None)
+        node = next(
+            (steps[q] for q in range(p, len(steps)) if kinds[q] == BACKWARD and steps[q] in self.position), None
+        )
         if node is None:
             return []
         at = self.position[node]
-        return sorted((n for n in recomputed if n in self.spans and self.spans[n][0] <= at <= self.spans[n][1]),
-                      key=self.spans.__getitem__)
+        return sorted(
+            (n for n in recomputed if n in self.spans and self.spans[n][0] <= at <= self.spans[n][1]),
+            key=self.spans.__getitem__,
+        )
 
 
 def held(problem: Problem) -> Held:
@@ -109,8 +113,11 @@ def held_at_peak(problem: Problem, timeline: Timeline, resolved: Resolved) -> li
     if timeline.peak_step < timeline.num_forward or not resolved.recomputed:
         return []
     names, p = problem.arrays.names, timeline.peak_step
-    live = {names[owner] for owner, first, last in lifetimes(problem, resolved).spans
-            if timeline.num_forward <= first <= p <= last}
+    live = {
+        names[owner]
+        for owner, first, last in lifetimes(problem, resolved).spans
+        if timeline.num_forward <= first <= p <= last
+    }
     return [n for n in problem.candidates if n in live and n in resolved.recomputed]
 
 
@@ -127,12 +134,13 @@ class Cutter:
         self.saving = [n for n in problem.candidates if "capacity" in self.flow[f"{n}/in"][f"{n}/out"]]
         # Build the residual network at the highest weights, so its stand-in for "infinite" exceeds every cut.
         # (networkx leaves zero-capacity edges out of it: build with at least 1.)
-        most = PEAK_WEIGHT ** PEAK_ROUNDS
+        most = PEAK_WEIGHT**PEAK_ROUNDS
         for n in self.saving:
             self.flow[f"{n}/in"][f"{n}/out"]["capacity"] = max(self.bytes[n] * most, 1)
         self.flow.add_edges_from(
             (SOURCE, f"{n}/in", {"capacity": max(self._price(top_price, n) + self.bytes[n] * most, 1)})
-            for n in problem.choosable)
+            for n in problem.choosable
+        )
         self.residual = build_residual_network(self.flow, "capacity")
 
     def _price(self, price: float, name: str) -> int:
@@ -142,8 +150,10 @@ class Cutter:
         """The values a minimum cut recomputes at recompute price `price`, each value's bytes weighted by the
         factors of `saved_at_peak` on its saving edge and of `held_at_peak` on its recompute edge."""
         capacities = {(f"{n}/in", f"{n}/out"): self.bytes[n] * saved_at_peak.get(n, 1) for n in self.saving}
-        capacities.update(((SOURCE, f"{n}/in"), self._price(price, n) + self.bytes[n] * (held_at_peak.get(n, 1) - 1))
-                          for n in self.problem.choosable)
+        capacities.update(
+            ((SOURCE, f"{n}/in"), self._price(price, n) + self.bytes[n] * (held_at_peak.get(n, 1) - 1))
+            for n in self.problem.choosable
+        )
         for (u, v), capacity in capacities.items():
             self.residual[u][v]["capacity"] = capacity
             self.residual[v][u]["capacity"] = 0
@@ -207,8 +217,9 @@ def _family(problem: Problem, evaluator: Evaluator, rounds: bool) -> list[Scored
     return members
 
 
-def peak_rounds(cutter: Cutter, evaluator: Evaluator, price: float, start: Scored,
-                seen: set[frozenset[str]]) -> list[Scored]:
+def peak_rounds(
+    cutter: Cutter, evaluator: Evaluator, price: float, start: Scored, seen: set[frozenset[str]]
+) -> list[Scored]:
     """The plans cut again at `price` from `start`, each round weighting up what is live at the last plan's
     simulated peak, that are not in `seen` (which they join); a plan these rounds made before ends them."""
     saved_weight: dict[str, int] = {}
@@ -231,8 +242,9 @@ def peak_rounds(cutter: Cutter, evaluator: Evaluator, price: float, start: Score
     return found
 
 
-def repair(problem: Problem, evaluator: Evaluator, start: Scored, seen: set[frozenset[str]],
-           tries: int = REPAIR_TRIES) -> list[Scored]:
+def repair(
+    problem: Problem, evaluator: Evaluator, start: Scored, seen: set[frozenset[str]], tries: int = REPAIR_TRIES
+) -> list[Scored]:
     """The plans a walk from `start` takes, one value moved per step (module docstring), none in `seen` (which they
     join); the walk ends when every move leads to a plan in `seen`, or after as many steps as greedy's walks take."""
     choosable = set(problem.choosable)
@@ -240,10 +252,15 @@ def repair(problem: Problem, evaluator: Evaluator, start: Scored, seen: set[froz
     for _ in range(greedy.max_steps(problem)):
         timeline = evaluator.timeline(current.resolved)
         chosen = current.chosen
-        ups = sorted((n for n in timeline.live_at_peak() if n in choosable and n not in chosen),
-                     key=lambda n: greedy.ratio(problem, n))
-        downs = sorted((n for n in held_at_peak(problem, timeline, current.resolved) if n in chosen),
-                       key=lambda n: greedy.ratio(problem, n), reverse=True)
+        ups = sorted(
+            (n for n in timeline.live_at_peak() if n in choosable and n not in chosen),
+            key=lambda n: greedy.ratio(problem, n),
+        )
+        downs = sorted(
+            (n for n in held_at_peak(problem, timeline, current.resolved) if n in chosen),
+            key=lambda n: greedy.ratio(problem, n),
+            reverse=True,
+        )
         moves = [chosen | {n} for n in ups[:tries]] + [chosen - {n} for n in downs[:tries]]
         moves = [m for m in moves if m not in seen]
         if not moves:

@@ -28,6 +28,7 @@ gets a higher simulated peak, and planning afresh or after other budgets gives t
 budget is answered from the limit below it, so the stride trades cost for planning time. `solve` has the signature
 every solver has (solvers.py); the time limit per MILP is the evaluator's.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -83,8 +84,15 @@ def build(problem: Problem) -> Model:
     a = _sparse(rows, 2 * k)
     memory, base = _memory_rows(problem, col)
     cost = np.array([problem.solver_cost(n) for n in names], dtype=float)
-    return Model(names, cost, (a, np.array(lo, float), np.array(hi, float)), memory, base,
-                 (np.zeros(2 * k), upper), not problem.fuses)
+    return Model(
+        names,
+        cost,
+        (a, np.array(lo, float), np.array(hi, float)),
+        memory,
+        base,
+        (np.zeros(2 * k), upper),
+        not problem.fuses,
+    )
 
 
 def _sparse(rows: list[dict[int, float]], width: int) -> sp.csr_matrix:
@@ -124,8 +132,13 @@ def _solve(model: Model, limit: float, time_limit: float):
         cons.append(opt.LinearConstraint(model.memory, -np.inf, limit - model.base))
     # A tiny price on saved bytes breaks ties toward lower memory.
     objective = np.concatenate([np.full(k, 1e-9), model.cost])
-    return opt.milp(objective, constraints=cons, integrality=np.ones(2 * k),
-                    bounds=opt.Bounds(*model.fixed), options={"time_limit": time_limit})
+    return opt.milp(
+        objective,
+        constraints=cons,
+        integrality=np.ones(2 * k),
+        bounds=opt.Bounds(*model.fixed),
+        options={"time_limit": time_limit},
+    )
 
 
 def _chosen(model: Model, x: np.ndarray, problem: Problem) -> list[str]:

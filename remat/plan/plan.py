@@ -1,4 +1,5 @@
 """Plan and Decision: what the planner decided, per value, and the figures that follow from it."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -5,6 +5,7 @@ values actually saved and actually recomputed in backward: starting from what ba
 if chosen (its inputs are then needed too) and saved otherwise. Views and multi-output producers are always
 recomputed (they own no memory); must-save values never are.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -97,8 +98,10 @@ class Problem:
     def _forced(self) -> tuple[frozenset[int], frozenset[int]]:
         """Positions of the must-recompute and of the must-save values."""
         index = self.arrays.index
-        return (frozenset(index[n] for n in self.constraints.must_recompute),
-                frozenset(index[n] for n in self.constraints.must_save))
+        return (
+            frozenset(index[n] for n in self.constraints.must_recompute),
+            frozenset(index[n] for n in self.constraints.must_save),
+        )
 
     @functools.cached_property
     def backward_positions(self) -> tuple[int, ...]:
@@ -161,15 +164,17 @@ class Problem:
                 groups[code].append(names[i])
         saved = frozenset(groups[1])
         offloaded, sharded = self._transfers(saved)
-        return Resolved(saved, frozenset(groups[2]), frozenset(groups[3] + list(self.needed_inputs)),
-                        offloaded, sharded)
+        return Resolved(
+            saved, frozenset(groups[2]), frozenset(groups[3] + list(self.needed_inputs)), offloaded, sharded
+        )
 
     def saved_owners(self, resolved: Resolved) -> frozenset[str]:
         """The saved values with each saved view of a forward value replaced by its base, whose storage it keeps
         (torch's min-cut partitioner saves such views): what a plan's decisions list as saved."""
         graph = self.graph
-        return frozenset(graph[n].storage if graph[graph[n].storage].role is Role.FORWARD else n
-                         for n in resolved.saved)
+        return frozenset(
+            graph[n].storage if graph[graph[n].storage].role is Role.FORWARD else n for n in resolved.saved
+        )
 
     def _transfers(self, saved: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
         t = self.transfer
@@ -181,14 +186,23 @@ class Problem:
             offload |= {n for n in saved if eligible(self.graph, n)}
         elif t.offload == "auto":
             offload |= saved & self.offloadable
-        shard = {n for n in saved - offload if eligible(self.graph, n) and n not in self.rank_local} \
-            if t.world > 1 else set()
+        shard = (
+            {n for n in saved - offload if eligible(self.graph, n) and n not in self.rank_local}
+            if t.world > 1
+            else set()
+        )
         return frozenset(offload), frozenset(shard)
 
 
-def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constraints,
-                  transfer: Transfer = Transfer(), fuses: bool = False,
-                  baseline: BaselineSpec = BaselineSpec(), hoists: bool = False) -> Problem:
+def build_problem(
+    graph: Graph,
+    costs: Mapping[str, int],
+    constraints: Constraints,
+    transfer: Transfer = Transfer(),
+    fuses: bool = False,
+    baseline: BaselineSpec = BaselineSpec(),
+    hoists: bool = False,
+) -> Problem:
     """Derive the structures every solver shares. Pure."""
     forward = tuple(v.name for v in graph.values if v.role is Role.FORWARD)
     reaches_grad = _ancestors(graph, graph.bw_outputs, lambda r: r is Role.BACKWARD)
@@ -200,16 +214,31 @@ def build_problem(graph: Graph, costs: Mapping[str, int], constraints: Constrain
     candidates = tuple(n for n in forward if n in cand_set)
     c = constraints
     choosable = tuple(
-        n for n in candidates
-        if n not in c.must_save and n not in c.must_recompute and graph[n].is_tensor
+        n for n in candidates if n not in c.must_save and n not in c.must_recompute and graph[n].is_tensor
     )
     fw_required = frozenset(_ancestors(graph, graph.fw_outputs, lambda r: r is Role.FORWARD))
     read = {i for b in backward for i in graph[b].inputs if graph[i].role is Role.PRIMAL}
     needed_inputs = tuple(v.name for v in graph.values if v.name in read)
     local = rank_local(graph, transfer.group) if transfer.world > 1 else {}
-    return Problem(graph, costs, constraints, forward, backward, needed, candidates, choosable, fw_required,
-                   needed_inputs, arrays(graph), transfer, hides_offload(graph, costs, transfer), fuses, baseline,
-                   local, fuses and hoists)
+    return Problem(
+        graph,
+        costs,
+        constraints,
+        forward,
+        backward,
+        needed,
+        candidates,
+        choosable,
+        fw_required,
+        needed_inputs,
+        arrays(graph),
+        transfer,
+        hides_offload(graph, costs, transfer),
+        fuses,
+        baseline,
+        local,
+        fuses and hoists,
+    )
 
 
 def _ancestors(graph: Graph, roots: Iterable[str], keep) -> set[str]:

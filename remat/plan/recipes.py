@@ -15,6 +15,7 @@ recipes would run:
 Each recipe is a choice of values to recompute, named so the plan can say which recipe it reproduces; the
 simulator scores it like any other candidate. Pure functions of the problem.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,12 +23,20 @@ import re
 from ..capture import Role
 from .problem import Problem
 
-SAVED_OPS = frozenset({
-    "aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
-    "aten._scaled_dot_product_flash_attention.default", "aten._scaled_dot_product_efficient_attention.default",
-    "aten._scaled_dot_product_cudnn_attention.default", "aten._scaled_dot_product_flash_attention_for_cpu.default",
-    "aten._scaled_dot_product_attention_math.default", "aten._scaled_dot_product_fused_attention_overrideable.default",
-})
+SAVED_OPS = frozenset(
+    {
+        "aten.mm.default",
+        "aten.addmm.default",
+        "aten.bmm.default",
+        "aten.baddbmm.default",
+        "aten._scaled_dot_product_flash_attention.default",
+        "aten._scaled_dot_product_efficient_attention.default",
+        "aten._scaled_dot_product_cudnn_attention.default",
+        "aten._scaled_dot_product_flash_attention_for_cpu.default",
+        "aten._scaled_dot_product_attention_math.default",
+        "aten._scaled_dot_product_fused_attention_overrideable.default",
+    }
+)
 _PROJECTIONS = frozenset({"aten.mm.default", "aten.addmm.default"})
 _NUMBERED = re.compile(r"^(.*?)\.?(\d+)$")
 _ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
@@ -52,7 +61,7 @@ def blocks(problem: Problem) -> dict[str, int]:
     found = {}
     for v in graph.values:
         if v.role is Role.FORWARD and v.module_path.startswith(prefix):
-            head = v.module_path[len(prefix):].split(".", 1)[0]
+            head = v.module_path[len(prefix) :].split(".", 1)[0]
             if head.isdigit():
                 found[v.name] = order[int(head)]
     return found
@@ -63,8 +72,7 @@ def _inside(problem: Problem, group: dict[str, int]) -> frozenset[str]:
     graph = problem.graph
     kept = set()
     for name, g in group.items():
-        outside = [u for u in graph[name].users
-                   if graph[u].role in (Role.FORWARD, Role.OUTPUT) and group.get(u) != g]
+        outside = [u for u in graph[name].users if graph[u].role in (Role.FORWARD, Role.OUTPUT) and group.get(u) != g]
         if outside:
             kept.add(graph[name].storage)
     return frozenset(n for n in problem.choosable if n in group and n not in kept and graph[n].storage not in kept)
@@ -80,8 +88,9 @@ def recipes(problem: Problem) -> list[tuple[str, frozenset[str]]]:
         out.append(("per-block checkpoint", _inside(problem, block)))
         for k in range(2, min(MAX_GROUP, count) + 1):
             out.append((f"every-{k}-blocks checkpoint", _inside(problem, {n: b // k for n, b in block.items()})))
-            out.append((f"checkpoint every {k}th block",
-                        _inside(problem, {n: b for n, b in block.items() if b % k == 0})))
+            out.append(
+                (f"checkpoint every {k}th block", _inside(problem, {n: b for n, b in block.items() if b % k == 0}))
+            )
         per_block = out[0][1]
         out.append(("op-level SAC", frozenset(n for n in per_block if graph[n].op not in SAVED_OPS)))
     everywhere = frozenset(n for n in problem.choosable if graph[n].op not in SAVED_OPS)

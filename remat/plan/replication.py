@@ -13,6 +13,7 @@ a row-parallel linear's output) makes its value replicated again. Plain inputs a
 each rank feeds the same batch is not in the graph, so data parallelism over the shard group is caught at run
 time, where the ranks compare a checksum of every sharded value on its first call (runtime/identity.py).
 """
+
 from __future__ import annotations
 
 import types
@@ -21,8 +22,13 @@ from typing import Mapping
 from ..capture import COLLECTIVE_NAMESPACES, Graph, Role, Value
 
 # Collectives whose result is the same on every rank of their group, and those that give each rank its own part.
-_REPLICATING = ("all_reduce", "all_reduce_coalesced", "all_gather_into_tensor", "all_gather_into_tensor_coalesced",
-                "broadcast")
+_REPLICATING = (
+    "all_reduce",
+    "all_reduce_coalesced",
+    "all_gather_into_tensor",
+    "all_gather_into_tensor_coalesced",
+    "broadcast",
+)
 _SCATTERING = ("reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "all_to_all_single")
 
 

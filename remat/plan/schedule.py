@@ -1,4 +1,5 @@
 """Execution order of a plan. The simulator and the rewrite both use it, so what is simulated is what runs."""
+
 from __future__ import annotations
 
 from .arrays import BACKWARD, FORWARD

@@ -6,6 +6,7 @@ step returns are left out. A storage is live from the node that allocates it to 
 view of it; saved storages live on into backward until their last backward reader; forward outputs stay alive to the
 end of the step (the caller holds them). Views allocate nothing.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,9 +42,11 @@ class Timeline:
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """"forward" | "recompute" | "backward" per step."""
-        return tuple(FORWARD if p < self.num_forward else RECOMPUTE if name in self.recomputed else BACKWARD
-                     for p, name in enumerate(self.steps))
+        """ "forward" | "recompute" | "backward" per step."""
+        return tuple(
+            FORWARD if p < self.num_forward else RECOMPUTE if name in self.recomputed else BACKWARD
+            for p, name in enumerate(self.steps)
+        )
 
     def live_at_peak(self) -> list[str]:
         """Saved values whose storage is live at the peak step, in schedule order."""
@@ -220,8 +223,10 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
         bw_kept[i] = 1
     bw_folded = fusion.folded(a, bw, in_bw, bw_kept)
     fw_folded = fusion.folded(a, fw, in_fw, fw_kept)
-    return (fusion.inlined(a, fw, in_fw, fw_kept, in_fw, fw_folded),
-            fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded))
+    return (
+        fusion.inlined(a, fw, in_fw, fw_kept, in_fw, fw_folded),
+        fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded),
+    )
 
 
 def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans):
@@ -299,7 +304,17 @@ def simulate(problem: Problem, resolved: Resolved) -> Timeline:
     live = tuple(itertools.accumulate(delta[:-1]))
     peak = max(live, default=0)
     leaving = resolved.sharded | resolved.offloaded  # their saved bytes are the extra spans' kept forms
-    saved_bytes = (sum(nbytes[a.index[s]] for s in life.saved_spans if s not in leaving)
-                   + sum(s[0] for s in life.extra_spans))
-    return Timeline(tuple(steps), a.names, resolved.recomputed, live, peak, live.index(peak) if live else 0,
-                    saved_bytes, len(life.fw), types.MappingProxyType(life.saved_spans))
+    saved_bytes = sum(nbytes[a.index[s]] for s in life.saved_spans if s not in leaving) + sum(
+        s[0] for s in life.extra_spans
+    )
+    return Timeline(
+        tuple(steps),
+        a.names,
+        resolved.recomputed,
+        live,
+        peak,
+        live.index(peak) if live else 0,
+        saved_bytes,
+        len(life.fw),
+        types.MappingProxyType(life.saved_spans),
+    )

@@ -1,5 +1,6 @@
 """(problem, budget, solver) → Plan. The one entry point the backend and `explain` use; the solvers are in the
 registry (solvers.py)."""
+
 from __future__ import annotations
 
 import warnings
@@ -48,8 +49,9 @@ def make_plan(
     evaluator = evaluator or Evaluator(problem)
     name, solve = named(solver)
     base = evaluator.baseline()
-    baseline = Baseline(base.saved, base.peak, sum(problem.costs[n] for n in base.resolved.recomputed),
-                        problem.baseline.kind)
+    baseline = Baseline(
+        base.saved, base.peak, sum(problem.costs[n] for n in base.resolved.recomputed), problem.baseline.kind
+    )
     if budget_kind == "none":
         return _plan(problem, evaluator, base, baseline, None, None, "baseline", None)
     lowest = solve(problem, 0, evaluator)  # no plan peaks under 0 bytes: the least-peak plan the solver finds
@@ -111,8 +113,21 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
                 reason = f"recomputed ({chosen.label or solver}): {what} frees {fmt_bytes(v.nbytes)}"
             if name in c.replay or producer in c.replay:
                 reason += "; replayed from the RNG state saved before it"
-        decisions.append(Decision(name, v.op, v.module_path, v.shape, v.dtype, v.nbytes, problem.costs[name],
-                                  action, reason, source_op, kept))
+        decisions.append(
+            Decision(
+                name,
+                v.op,
+                v.module_path,
+                v.shape,
+                v.dtype,
+                v.nbytes,
+                problem.costs[name],
+                action,
+                reason,
+                source_op,
+                kept,
+            )
+        )
         if name in c.replay:
             decisions.append(rng_state_decision(v, c.replay[name]))
     if problem.graph.symbols:

@@ -9,6 +9,7 @@ so a step's frugal graphs and the exact solver's time limit reach every one of t
 `SOLVERS` is the one table of them, read by config validation, `compare_solvers`, `make_plan` and the README's option
 table (tests/test_solvers.py checks it); `solver=` also takes a callable with the same signature.
 """
+
 from __future__ import annotations
 
 import types
@@ -39,12 +40,14 @@ def solve_greedy(problem: Problem, budget: int | None, evaluator: Evaluator) -> 
 
 
 DEFAULT = "auto"
-SOLVERS: Mapping[str, Solver] = types.MappingProxyType({
-    "auto": solve_auto,
-    "mincut": solve_mincut,
-    "greedy": solve_greedy,
-    "optimal": optimal.solve,
-})
+SOLVERS: Mapping[str, Solver] = types.MappingProxyType(
+    {
+        "auto": solve_auto,
+        "mincut": solve_mincut,
+        "greedy": solve_greedy,
+        "optimal": optimal.solve,
+    }
+)
 
 
 def named(solver: str | Solver) -> tuple[str, Solver]:

@@ -12,6 +12,7 @@ sound, not complete: term by term, where a monomial's shortfall may be made up b
 positive integers s0 ≤ s0*s1 ≤ s0**2*s1), and any other surplus must sit on a term that is nonnegative. What cannot
 be proved this way stays in the Max.
 """
+
 from __future__ import annotations
 
 import fractions
@@ -80,8 +81,11 @@ def symbolic_memory(problem: Problem, resolved: Resolved) -> tuple[sympy.Expr, s
 def positive_symbols(expr: sympy.Expr) -> sympy.Expr:
     """`expr` with every free symbol replaced by a symbol of the same name that is a positive integer (torch's size
     symbols already are; this makes sure for expressions built elsewhere)."""
-    swap = {s: _positive_symbol(s.name) for s in expr.free_symbols
-            if isinstance(s, sympy.Symbol) and not (s.is_integer and s.is_positive)}
+    swap = {
+        s: _positive_symbol(s.name)
+        for s in expr.free_symbols
+        if isinstance(s, sympy.Symbol) and not (s.is_integer and s.is_positive)
+    }
     return expr.xreplace(swap) if swap else expr
 
 
@@ -165,8 +169,7 @@ def _monomial(term: sympy.Expr) -> dict[sympy.Symbol, int] | None:
         return {}
     exponents: dict[sympy.Symbol, int] = {}
     for base, exp in term.as_powers_dict().items():
-        if not (isinstance(base, sympy.Symbol) and base.is_integer and base.is_positive
-                and exp.is_Integer and exp > 0):
+        if not (isinstance(base, sympy.Symbol) and base.is_integer and base.is_positive and exp.is_Integer and exp > 0):
             return None
         exponents[base] = exponents.get(base, 0) + int(exp)
     return exponents

@@ -5,6 +5,7 @@ the partition= option) or stays whole on the device, by the rule here. The rule 
 `Problem.resolve`, so every candidate plan is simulated with its transfers and the solvers plan recomputation around
 them. How each move keeps a value, and what that costs, is its entry in runtime/table.py.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,13 @@ class Transfer:
 
 def eligible(graph: Graph, name: str) -> bool:
     v = graph[name]
-    return (v.is_tensor and not v.is_view and v.role is Role.FORWARD and v.nbytes >= MIN_TRANSFER_BYTES
-            and v.device in ("cpu", "cuda"))
+    return (
+        v.is_tensor
+        and not v.is_view
+        and v.role is Role.FORWARD
+        and v.nbytes >= MIN_TRANSFER_BYTES
+        and v.device in ("cpu", "cuda")
+    )
 
 
 def kept_bytes(value: Value, move: Move, world: int) -> int:

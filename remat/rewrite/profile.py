@@ -1,5 +1,6 @@
 """Profile marks in the backward module: a timestamp pair around every run of recomputation and of a move's backward
 chain that is not one timed remat op (a sharded value's gather; runtime/table.py's Move.marked)."""
+
 from __future__ import annotations
 
 import torch

@@ -6,6 +6,7 @@ In the joint graph each replayed random op `r = op(*args)` becomes `state, r = r
 recomputed values between the op and backward are duplicated so the forward keeps its own and backward reads the
 replayed ones; `state` joins the saved values. The generator therefore advances once per step, as uncompiled.
 """
+
 from __future__ import annotations
 
 import operator
@@ -20,12 +21,12 @@ from ..plan.problem import Problem, Resolved
 from .marks import MARK
 
 
-def replay_random_ops(joint: fx.GraphModule, problem: Problem, resolved: Resolved) -> tuple[fx.GraphModule,
-                                                                                              list[str]]:
+def replay_random_ops(joint: fx.GraphModule, problem: Problem, resolved: Resolved) -> tuple[fx.GraphModule, list[str]]:
     """A copy of the joint graph with every replayed random op rewritten; returns it and the names of the state
     nodes to save."""
-    replayed = sorted((n for n in resolved.recomputed if n in problem.constraints.replay),
-                      key=lambda n: problem.graph[n].index)
+    replayed = sorted(
+        (n for n in resolved.recomputed if n in problem.constraints.replay), key=lambda n: problem.graph[n].index
+    )
     if not replayed:
         return joint, []
     gm = fx.GraphModule(joint, _copy_graph(joint.graph))

@@ -4,6 +4,7 @@ The forward module returns the user outputs plus the saved values; everything ba
 is copied into the backward module and recomputed there. The backward module is then reordered to the schedule the
 simulator assumed: each recomputed chain just before its first backward use, so it is freed after its last.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -38,8 +39,14 @@ def split(
     saved_syms = [nodes[n] for n in saved if is_sym(nodes[n])]
     placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
     static = [placeholders[i] for i in static_lifetime_input_indices or ()]
-    fw, bw = _torch.split_joint(joint, saved_values, saved_syms, _opaque(problem, nodes),
-                                num_fwd_outputs=num_fwd_outputs, static_lifetime_inputs=static)
+    fw, bw = _torch.split_joint(
+        joint,
+        saved_values,
+        saved_syms,
+        _opaque(problem, nodes),
+        num_fwd_outputs=num_fwd_outputs,
+        static_lifetime_inputs=static,
+    )
     _dead_code(fw)
     _dead_code(bw)
     if problem.fuses:
@@ -73,9 +80,14 @@ def _opaque(problem: Problem, nodes: dict[str, fx.Node]) -> list[fx.Node]:
     node reads or backward returns (a DTensor gradient's mesh)."""
     graph = problem.graph
     returned = set(graph.bw_outputs)
-    return [nodes[v.name] for v in graph.values
-            if v.is_opaque and v.role in (Role.PRIMAL, Role.FORWARD) and v.name in nodes
-            and (v.name in returned or any(graph[u].role is Role.BACKWARD for u in v.users))]
+    return [
+        nodes[v.name]
+        for v in graph.values
+        if v.is_opaque
+        and v.role in (Role.PRIMAL, Role.FORWARD)
+        and v.name in nodes
+        and (v.name in returned or any(graph[u].role is Role.BACKWARD for u in v.users))
+    ]
 
 
 def _dead_code(gm: fx.GraphModule) -> None:

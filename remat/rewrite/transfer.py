@@ -7,6 +7,7 @@ just before the first reader of `v`. Packed values go into the arena together, i
 forward's last op (so the inner compiler sees the arena views only as outputs and never reuses their memory);
 backward reads them in place.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,8 +45,9 @@ class Runtime:
         return not self.group_name and self.contiguous_key < 0 and self.profile_id < 0
 
 
-def move_saved(fw: fx.GraphModule, bw: fx.GraphModule, num_fwd_outputs: int, problem: Problem,
-               resolved: Resolved, runtime: Runtime) -> None:
+def move_saved(
+    fw: fx.GraphModule, bw: fx.GraphModule, num_fwd_outputs: int, problem: Problem, resolved: Resolved, runtime: Runtime
+) -> None:
     """Rewrite, in place, the freshly extracted forward and backward modules so offloaded, sharded and
     (contiguous) packed saved values travel in their moved form. The saved slot of each keeps its position: the
     forward returns the moved form there and backward's placeholder receives it."""
@@ -86,12 +88,22 @@ def _packed(problem: Problem, resolved: Resolved, runtime: Runtime, saved: list[
 
 def _site(node: fx.Node, problem: Problem, runtime: Runtime) -> Site:
     t = problem.transfer
-    return Site(node.name, node.meta["val"], runtime.profile_id, runtime.sync, t.rank, t.world, runtime.group,
-                runtime.group_name, runtime.check_every_call)
+    return Site(
+        node.name,
+        node.meta["val"],
+        runtime.profile_id,
+        runtime.sync,
+        t.rank,
+        t.world,
+        runtime.group,
+        runtime.group_name,
+        runtime.check_every_call,
+    )
 
 
-def _move(fw: fx.GraphModule, bw: fx.GraphModule, node: fx.Node, placeholder: fx.Node, move: Move,
-          site: Site) -> fx.Node:
+def _move(
+    fw: fx.GraphModule, bw: fx.GraphModule, node: fx.Node, placeholder: fx.Node, move: Move, site: Site
+) -> fx.Node:
     """`move`'s forward op right after `node`, its backward chain right before the first reader of `placeholder`;
     the forward op's result, which the forward returns in `node`'s saved slot."""
     op, make_args = move.forward
@@ -105,8 +117,9 @@ def _pack(fw, output, outs, slots, placeholders, runtime) -> None:
     """One `remat::arena_pack` of every packed value, right before the forward returns them."""
     nodes = [node for _, node in slots]
     with fw.graph.inserting_before(output):
-        pack = fw.graph.call_function(ARENA_PACK.overload,
-                                      (nodes, runtime.contiguous_key, runtime.profile_id, runtime.sync))
+        pack = fw.graph.call_function(
+            ARENA_PACK.overload, (nodes, runtime.contiguous_key, runtime.profile_id, runtime.sync)
+        )
         pack.meta["val"] = _fake_run(ARENA_PACK.overload, pack.args)
         for k, (i, node) in enumerate(slots):
             slot = fw.graph.call_function(operator.getitem, (pack, k))
@@ -158,5 +171,3 @@ def _fake_run(op, args):
         return op(*vals)
     with mode:
         return op(*vals)
-
-

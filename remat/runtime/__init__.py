@@ -5,4 +5,5 @@ on the device); `ops` holds their kernels and registers them with torch.library 
 compile them), `streams` holds the CUDA side streams and copy events, `buffers` the arena pool of contiguous
 checkpointing, `profile` the per-step records.
 """
+
 from . import ops  # noqa: F401  (registers the remat:: ops)

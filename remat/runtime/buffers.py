@@ -5,6 +5,7 @@ every large enough buffer is in use (a second forward before the first backward,
 shapes grew. After a graph's first step its saved values allocate nothing: each is copied into its slot, and the
 allocator does not fragment around long-lived activations.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -8,6 +8,7 @@ holds while it enqueues its next collective on that same lock: both wait forever
 referenced from Python until the next gather on this thread begins, long after the group's thread let go of them;
 then they are released by Python, under the interpreter lock.
 """
+
 from __future__ import annotations
 
 import threading

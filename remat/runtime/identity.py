@@ -9,6 +9,7 @@ value; a mismatch raises `PartitionMismatch` on every rank (all compare the same
 A check is registered once per sharded value of a compiled graph (or per eager checkpointed function) and runs
 on its first call, or on every call when registered with `every_call` (`debug=True`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,7 +70,7 @@ def checksum(x: torch.Tensor) -> torch.Tensor:
     data = x.detach().contiguous().reshape(-1).view(torch.uint8)
     total = torch.zeros(2, dtype=torch.int64, device=data.device)
     for start in range(0, data.numel(), _CHUNK):
-        part = data[start:start + _CHUNK].to(torch.int64)
+        part = data[start : start + _CHUNK].to(torch.int64)
         weights = torch.arange(start, start + part.numel(), device=data.device, dtype=torch.int64) % 65521 + 1
         total[0] += part.sum()
         total[1] += (part * weights).sum()
@@ -97,4 +98,5 @@ def compare(x: torch.Tensor, label: str, group: Any = None) -> None:
             f"{differing[0]} holds other data than rank 0), so its shards cannot be gathered back into it. "
             "Partitioning shards only activations that are identical on every rank of the group: pass the "
             "tensor-/model-parallel group (partition=<ProcessGroup>, DeepSpeed's mpu), not the data-parallel world "
-            "in which each rank has its own batch")
+            "in which each rank has its own batch"
+        )

@@ -18,6 +18,7 @@ inner compiler takes them.
 
 Every op takes `profile_id` (-1: none) and `sync` (DeepSpeed's `synchronize`: wait for the device around the op).
 """
+
 from __future__ import annotations
 
 import math
@@ -87,8 +88,9 @@ def shard(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = F
     return _timed(profile_id, SHARD.profile, chunk * x.element_size(), sync, x.device, work)
 
 
-def gather_shards(chunk: Tensor, shape: torch.Size, world: int, group=None, profile_id: int = -1,
-                  sync: bool = False) -> Tensor:
+def gather_shards(
+    chunk: Tensor, shape: torch.Size, world: int, group=None, profile_id: int = -1, sync: bool = False
+) -> Tensor:
     """The value `remat::shard` split: every rank's chunk gathered over `group` (all ranks take part), unpadded and
     viewed back to `shape`. The eager counterpart of the sharded value's backward."""
     numel = math.prod(shape)
@@ -112,10 +114,10 @@ def arena_store(x: Tensor, key: int, num_slots: int, profile_id: int = -1, sync:
         if placed is None or x.numel() == 0:
             return torch.empty_like(x).copy_(x)
         arena, offset = placed
-        slot = arena[offset: offset + nbytes].view(x.dtype).view(x.shape) if x.is_contiguous() else None
+        slot = arena[offset : offset + nbytes].view(x.dtype).view(x.shape) if x.is_contiguous() else None
         if slot is None:  # keep a dense non-contiguous layout: place the storage, view it with x's strides
             dense = torch.empty_like(x)
-            slot = arena[offset: offset + nbytes].view(x.dtype).as_strided(x.shape, dense.stride())
+            slot = arena[offset : offset + nbytes].view(x.dtype).as_strided(x.shape, dense.stride())
         return slot.copy_(x)
 
     return _timed(profile_id, ARENA_STORE.profile, nbytes, sync, x.device, work)
@@ -142,4 +144,3 @@ def mark(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: int, be
         record.begin(label)
     else:
         record.end(label, kind, nbytes)
-

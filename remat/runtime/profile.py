@@ -4,6 +4,7 @@ and pack.
 A compiled graph with ``profile=True`` owns one `Profile`; its ops find it by id. A step starts when the forward
 runs its first checkpoint op; `Profile.steps` keeps one `StepRecord` per step (the most recent 1000).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,8 +75,9 @@ class Profile:
         total = self.totals()
         steps = len(self.steps)
         rows = [("kind", "calls", "seconds", "bytes")]
-        rows += [(kind, str(total.calls[kind]), f"{total.seconds[kind]:.6f}", fmt_bytes(total.bytes[kind]))
-                 for kind in KINDS]
+        rows += [
+            (kind, str(total.calls[kind]), f"{total.seconds[kind]:.6f}", fmt_bytes(total.bytes[kind])) for kind in KINDS
+        ]
         lines = [f"Profile: totals over {steps} step{'s' if steps != 1 else ''}"]
         return "\n".join(lines + render_table(rows, right_align=True))
 

@@ -5,6 +5,7 @@ A checkpointed region re-runs its forward in backward; its random ops (dropout) 
 generators as it found them. `RNGStatesTracker` keeps named streams (one per model-parallel purpose) that code enters
 with `fork(name)`; a region's snapshot includes the tracker's streams too, so dropout inside a fork replays as well.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,11 +76,15 @@ class RNGStatesTracker:
 
     def add(self, name: str, seed: int) -> None:
         if seed in self.seeds_:
-            raise ValueError(f"add(name={name!r}, seed={seed}): seed {seed} is already used by another stream; "
-                             "give each stream its own seed")
+            raise ValueError(
+                f"add(name={name!r}, seed={seed}): seed {seed} is already used by another stream; "
+                "give each stream its own seed"
+            )
         if name in self.states_:
-            raise ValueError(f"add(name={name!r}, seed={seed}): a stream named {name!r} already exists; "
-                             "call reset() first or pick another name")
+            raise ValueError(
+                f"add(name={name!r}, seed={seed}): a stream named {name!r} already exists; "
+                "call reset() first or pick another name"
+            )
         self.seeds_.add(seed)
         self.states_[name] = seeded_state(seed, self.device)
 
@@ -88,8 +93,9 @@ class RNGStatesTracker:
         """Draw from stream `name` inside the block; the default stream resumes where it was afterwards."""
         if name not in self.states_:
             known = ", ".join(map(repr, self.states_)) or "none"
-            raise ValueError(f"fork(name={name!r}): no stream of that name (streams: {known}); "
-                             "create it with add(name, seed) first")
+            raise ValueError(
+                f"fork(name={name!r}): no stream of that name (streams: {known}); create it with add(name, seed) first"
+            )
         outside = get_state(self.device)
         set_state(self.states_[name], self.device)
         try:

@@ -4,6 +4,7 @@ Copies to and from the host run on one side stream per device, so they overlap t
 tensor handed to a copy is marked with `record_stream`, which keeps the caching allocator from reusing its memory
 before the copy has read it; the host copy carries the event its reload waits for.
 """
+
 from __future__ import annotations
 
 import torch

@@ -18,6 +18,7 @@ A new checkpoint op is an entry here plus its kernel in ops.py; a new way to kee
 Action member) and the planner's rule for which values take it (plan/problem.py). `PROFILE_KEYS` is every key
 runtime/profile.py records, recomputation first.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,8 +75,9 @@ def _reload_fake(host: Tensor, device: torch.device, profile_id: int = -1, sync:
     return torch.empty_like(host, device=device)
 
 
-def _shard_fake(x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False,
-                check_id: int = -1) -> Tensor:
+def _shard_fake(
+    x: Tensor, rank: int, world: int, profile_id: int = -1, sync: bool = False, check_id: int = -1
+) -> Tensor:
     return x.new_empty(shard_numel(x.numel(), world))
 
 
@@ -96,8 +98,9 @@ RELOAD = Op("reload", _reload_fake, "reload")  # the device copy of a host copy
 SHARD = Op("shard", _shard_fake, "shard")  # this rank's 1/world of a value, flattened
 ARENA_STORE = Op("arena_store", _arena_store_fake, "pack")  # a value copied into the next slot of an arena
 # A step's saved values stored together, as the forward's last op: the inserted op of contiguous=True.
-ARENA_PACK = Op("arena_pack", _arena_pack_fake,
-                schema="(Tensor[] xs, int key, int profile_id=-1, bool sync=False) -> Tensor[]")
+ARENA_PACK = Op(
+    "arena_pack", _arena_pack_fake, schema="(Tensor[] xs, int key, int profile_id=-1, bool sync=False) -> Tensor[]"
+)
 MARK = Op("mark", _mark_fake)  # a profile timestamp around recomputation or a backward chain without its own timing
 OPS = (OFFLOAD, RELOAD, SHARD, ARENA_STORE, ARENA_PACK, MARK)
 
@@ -151,7 +154,8 @@ def _shard_kept(nbytes: int, itemsize: int, device: str, world: int) -> int:
 
 
 OFFLOADING = Move(
-    action="offload", participle="offloaded",
+    action="offload",
+    participle="offloaded",
     forward=(OFFLOAD, lambda x, s: (x, s.profile_id, s.sync)),
     backward=((RELOAD, lambda p, s: (p, s.val.device, s.profile_id, s.sync)),),
     profile="reload",
@@ -160,10 +164,20 @@ OFFLOADING = Move(
     host_copies=2,
 )
 SHARDING = Move(
-    action="partition", participle="partitioned",
+    action="partition",
+    participle="partitioned",
     # The ranks agree that the value is one before each keeps only its part (identity.py).
-    forward=(SHARD, lambda x, s: (x, s.rank, s.world, s.profile_id, s.sync,
-                                  identity.register(s.value, s.group, s.check_every_call))),
+    forward=(
+        SHARD,
+        lambda x, s: (
+            x,
+            s.rank,
+            s.world,
+            s.profile_id,
+            s.sync,
+            identity.register(s.value, s.group, s.check_every_call),
+        ),
+    ),
     backward=(
         (torch.ops._c10d_functional.all_gather_into_tensor.default, lambda p, s: (p, s.world, s.group_name)),
         (torch.ops._c10d_functional.wait_tensor.default, lambda p, s: (p,)),

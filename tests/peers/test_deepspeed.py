@@ -31,6 +31,7 @@ Not applicable:
 - model-parallel partitioning across ranks: DeepSpeed's file has none; remat's 2-rank gloo tests are in
   tests/test_eager_distributed.py.
 """
+
 from __future__ import annotations
 
 import copy
@@ -46,8 +47,10 @@ from remat.runtime import buffers
 from eager_models import fresh_checkpointing_state
 
 WIDTH = 20
-CHECKPOINTS = {"checkpoint": checkpointing.checkpoint,
-               "non_reentrant_checkpoint": checkpointing.non_reentrant_checkpoint}
+CHECKPOINTS = {
+    "checkpoint": checkpointing.checkpoint,
+    "non_reentrant_checkpoint": checkpointing.non_reentrant_checkpoint,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -193,8 +196,9 @@ def test_non_tensor_and_none_arguments(other):
     _parity(_module(IgnoresSecond), _x(), other)
 
 
-@pytest.mark.parametrize("extra", [None, 2, True, (None, 2.5), ("tensor", 2.5), (None, "tensor", True),
-                                   (None, True, "tensor")], ids=repr)
+@pytest.mark.parametrize(
+    "extra", [None, 2, True, (None, 2.5), ("tensor", 2.5), (None, "tensor", True), (None, True, "tensor")], ids=repr
+)
 def test_non_tensor_outputs_keep_their_values_and_order(extra):
     if isinstance(extra, tuple):
         extra = tuple(torch.randn(WIDTH) if e == "tensor" else e for e in extra)

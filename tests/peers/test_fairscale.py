@@ -25,6 +25,7 @@ Not applicable:
   offload is measured in tests/test_eager_checkpointing.py when CUDA is present;
 - the `fairscale.nn.misc` import path: a FairScale module path, not a behaviour of the wrapper.
 """
+
 from __future__ import annotations
 
 import copy
@@ -87,8 +88,7 @@ class FeedForwardModel(nn.Module):
 def test_dropout_block_same_loss_and_grads_plain_torch_wrapper_offload():
     x = torch.rand(2, 16, 32)
     plain = _state(FeedForwardModel(), x)
-    for model in (FeedForwardModel("torch"), FeedForwardModel("remat"),
-                  FeedForwardModel("remat", offload_to_cpu=True)):
+    for model in (FeedForwardModel("torch"), FeedForwardModel("remat"), FeedForwardModel("remat", offload_to_cpu=True)):
         _equal(_state(model, x), plain)
     without_dropout = FeedForwardModel()
     without_dropout.ffn[1].p = 0.0
@@ -168,7 +168,7 @@ def test_second_positional_argument_is_a_truth_value(second, offloads):
     x = torch.rand(4, 32, requires_grad=True)
     torch.manual_seed(1)
     out = ffn(x)
-    kept, = [t for r in region.live_regions() for t in r.stash.kept_tensors() if t.shape == x.shape]
+    (kept,) = [t for r in region.live_regions() for t in r.stash.kept_tensors() if t.shape == x.shape]
     assert (kept is not x) == offloads
     torch.manual_seed(1)
     assert torch.equal(out, reference(x))

@@ -20,6 +20,7 @@ Not applicable:
 - building the models from modalities' YAML configs (its component registry): a modalities feature, not part of
   the checkpointing call.
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,8 +39,9 @@ MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.at
 VARIANTS = {
     "full": dict(variant="full"),
     "selective_layer": dict(variant="selective_layer", ac_freq=2),
-    "selective_op": dict(variant="selective_op", save_ops=["ops.aten.mm.default", "ops.aten.addmm.default",
-                                                           "ops.aten.bmm.default"]),
+    "selective_op": dict(
+        variant="selective_op", save_ops=["ops.aten.mm.default", "ops.aten.addmm.default", "ops.aten.bmm.default"]
+    ),
 }
 CHECKPOINTED = {"full": [0, 1, 2, 3], "selective_layer": [1, 3], "selective_op": [0, 1, 2, 3]}
 

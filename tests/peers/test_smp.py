@@ -20,6 +20,7 @@ Not applicable:
   checkpoints the module the user runs);
 - the CUDA device the tests run on: these run on CPU (`tensor_option.to("cuda")` becomes the tensor itself).
 """
+
 from __future__ import annotations
 
 import copy
@@ -52,8 +53,7 @@ class Inner(nn.Module):
             return self.lin3(self.lin2(args[0]))
         return self._options(*args, **kwargs)
 
-    def _options(self, x, some_option=True, another_option=3, yet_another=None,
-                 tensor_option=torch.ones(WIDTH, WIDTH)):
+    def _options(self, x, some_option=True, another_option=3, yet_another=None, tensor_option=torch.ones(WIDTH, WIDTH)):
         if self.kind == "list":
             first, second = x
             intermediate = self.lin2(first) + self.lin2(second)

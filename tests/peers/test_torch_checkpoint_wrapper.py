@@ -31,6 +31,7 @@ Not applicable:
 - `isinstance(m, CheckpointWrapper)`: remat returns the module itself; `"forward" in m.__dict__` (a
   `CheckpointedForward`) marks it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -39,8 +40,12 @@ import functools
 import pytest
 import torch
 from torch import nn
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (CheckpointImpl, CheckpointWrapper,
-                                                                         OffloadWrapper, offload_wrapper)
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+    CheckpointImpl,
+    CheckpointWrapper,
+    OffloadWrapper,
+    offload_wrapper,
+)
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper as torch_checkpoint_wrapper
 
 import remat
@@ -127,8 +132,9 @@ class Stack(nn.Module):
         super().__init__()
         torch.manual_seed(0)
         self.how = how
-        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(256, 256), nn.Linear(256, 256), nn.Linear(256, 256))
-                                    for _ in range(8))
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.Linear(256, 256), nn.Linear(256, 256), nn.Linear(256, 256)) for _ in range(8)
+        )
         if how == "wrapper":
             for layer in self.layers:
                 remat.checkpoint_wrapper(layer)
@@ -199,20 +205,21 @@ def _unwrapped(module):
 def test_apply_with_check_fn_wraps_every_linear_and_trains(wrapper):
     model, plain = ThreeBlocks(), ThreeBlocks()
     linears = sum(isinstance(m, nn.Linear) for m in model.modules())
-    out = remat.apply_activation_checkpointing(model, checkpoint_wrapper_fn=WRAPPERS[wrapper],
-                                               check_fn=lambda m: isinstance(m, nn.Linear))
+    out = remat.apply_activation_checkpointing(
+        model, checkpoint_wrapper_fn=WRAPPERS[wrapper], check_fn=lambda m: isinstance(m, nn.Linear)
+    )
     assert out is model and sum(isinstance(m, nn.Linear) for m in model.modules()) == linears == 6
     if wrapper == "remat":
         marked = [m for m in model.modules() if _checkpointed(m)]
         assert len(marked) == linears and all(isinstance(m, nn.Linear) for m in marked)
-        assert all(_checkpointed(model.seq[j].lin) and _checkpointed(model.seq[j].nested_linear[0])
-                   for j in range(3))
+        assert all(_checkpointed(model.seq[j].lin) and _checkpointed(model.seq[j].nested_linear[0]) for j in range(3))
         assert list(model.state_dict()) == list(plain.state_dict())
     else:
         kinds = (CheckpointWrapper, OffloadWrapper)
         assert sum(isinstance(m, kinds) for m in model.modules()) == linears
-        assert all(isinstance(model.seq[j].lin, kinds) and isinstance(model.seq[j].nested_linear[0], kinds)
-                   for j in range(3))
+        assert all(
+            isinstance(model.seq[j].lin, kinds) and isinstance(model.seq[j].nested_linear[0], kinds) for j in range(3)
+        )
     torch.manual_seed(1)
     inp = torch.randn(4, 10, requires_grad=True)
     weight = torch.randn(4, 10)  # a plain sum of BatchNorm's output has gradients of rounding noise only
@@ -247,8 +254,7 @@ def test_offload_keeps_the_regions_inputs_in_host_memory():
     remat.checkpoint_wrapper(model, offload_to_cpu=True)
     inp = torch.randn(3, 10, device="cuda", requires_grad=True)
     loss = model(inp).sum()
-    kept = [t for r in region.live_regions() for t in r.stash.kept_tensors()
-            if not isinstance(t, nn.Parameter)]
+    kept = [t for r in region.live_regions() for t in r.stash.kept_tensors() if not isinstance(t, nn.Parameter)]
     assert kept and all(t.device.type == "cpu" for t in kept)
     del kept
     loss.backward()
