@@ -17,15 +17,15 @@ directly by backward nodes, from saved inputs. Under inductor whether a value is
 recomputed loop runs, depends on its neighbours' decisions, so the rows can count a buffer the chosen plan never
 allocates: no bound is claimed there (`bound` None).
 
-The plans: a staircase of limits traced down from the top, lazily, the same for every budget. The pool starts with
-the incumbents — every heuristic's family with its variants (so no heuristic plan meeting a budget is cheaper) and
-the MILP's least-peak search — and each step solves the MILP for its limit (the rows tightened by the excess while
-a solution simulates over it), keeps the solutions meeting the limit, and goes on to one byte under the pool's
-cheapest plan meeting the limit, or lower by a stride (1/GRID of the incumbents' peak span). A budget is answered by
-`evaluator.pick` from the incumbents and what the limits at or above it found. So each budget's pool holds the
-answer of every budget above it (the warm start), and what it adds peaks under that answer: a lower budget never
-gets a higher simulated peak, and planning afresh or after other budgets gives the same plan. Between limits a
-budget is answered from the limit below it, so the stride trades cost for planning time. `solve` has the signature
+The plans: a staircase of limits traced down from the top once per problem, the same for every budget. The pool
+starts with the incumbents — every heuristic's family with its variants (so no heuristic plan meeting a budget is
+cheaper) and the MILP's least-peak search — and each step solves the MILP for its limit (the rows tightened by the
+excess while a solution simulates over it), keeps the solutions meeting the limit, and goes on to one byte under the
+pool's cheapest plan meeting the limit, or lower by a stride (1/GRID of the incumbents' peak span). A budget is
+answered by `evaluator.pick` from the whole pool: the cheapest plan meeting it. As the budget falls, the answer stays
+while it still meets the budget and otherwise gives way to one of lower peak, so a lower budget never gets a higher
+simulated peak, and planning afresh or after other budgets gives the same plan. Between limits a budget may be
+answered by a plan found at a lower limit, so the stride trades cost for planning time. `solve` has the signature
 every solver has (solvers.py); the time limit per MILP is the evaluator's.
 """
 
@@ -184,11 +184,11 @@ def _bound(model: Model, limit: int, time_limit: float) -> float | None:
 
 
 class Staircase:
-    """The plans budgets are answered from, found once per problem and traced lazily from the top.
+    """The plans budgets are answered from, found once per problem by tracing the limits from the top.
 
     `fixed`: every heuristic's family with its variants and the least-peak search's plans (least_peak); `least`
-    their least peak. `found`: what the MILP found at the limits traced so far, each at or under the limit it was
-    solved for and above `least`; `bounds`: per limit, the MILP's lower bound on the cost of plans meeting it (None
+    their least peak. `found`: what the MILP found at the limits, each at or under the limit it was solved for and
+    above `least`; `bounds`: per limit, the MILP's lower bound on the cost of plans meeting it (None
     where none was proved). Limits fall from the highest peak of `fixed` by at least 1/GRID of the fixed plans'
     peak span per step, and to one byte under the pool's cheapest plan meeting the last limit, stopping at the
     heuristics' least peak on the way."""
@@ -203,26 +203,21 @@ class Staircase:
         # every fixed plan meets the first limit: its step takes the cheapest; nothing to trace without a choice
         self.limit = max(s.peak for s in self.fixed) if problem.choosable else -1
         self.stride = max(1, (self.limit - self.least) // GRID)
-        self.found: list[tuple[int, Scored]] = []  # (the limit it was found at, the plan)
+        self.found: list[Scored] = []  # the plans the limits' MILPs found
         self.bounds: list[tuple[int, float | None]] = []
 
     def down_to(self, budget: int) -> list[Scored]:
-        """The pool for `budget`: the fixed plans and what the limits at or above it found (below the least fixed
-        peak, whatever was found: the fixed plan of least peak is the answer)."""
-        if budget < self.least:
-            return self.fixed
-        while self.limit >= budget and len(self.bounds) < MAX_STEPS:
+        """The pool for `budget`: the fixed plans and what every limit found. The whole staircase is traced on the
+        first call, so the pool is the same whatever budget was asked first: a budget's answer is the pool's
+        cheapest plan meeting it, and the answer to a lower budget is either the same plan or one of lower peak."""
+        while self.limit >= self.least and len(self.bounds) < MAX_STEPS:
             found, bound = _search(self.model, self.problem, self.evaluator, self.limit)
-            self.found += [(self.limit, s) for s in found if self.least < s.peak <= self.limit]
+            self.found += [s for s in found if self.least < s.peak <= self.limit]
             self.bounds.append((self.limit, bound))
-            best = pick(self.pool(self.limit), self.limit)
+            best = pick(self.fixed + self.found, self.limit)
             step = min(best.peak - 1, self.limit - self.stride)
             self.limit = self.floor if step < self.floor < self.limit else step
-        return self.pool(budget)
-
-    def pool(self, budget: int) -> list[Scored]:
-        """The fixed plans and what the limits at or above `budget` found: the same whatever was traced before."""
-        return self.fixed + [s for limit, s in self.found if limit >= budget]
+        return self.fixed + self.found
 
 
 def least_peak(model: Model, problem: Problem, evaluator: Evaluator, best: Scored) -> list[Scored]:
