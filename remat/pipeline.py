@@ -104,7 +104,7 @@ def plan_joint(
         transfer_of(config),
         fuses=fuses,
         baseline=spec,
-        hoists=fuses and (config.memory_budget is None or not _torch.fusion_barrier_supported()),
+        hoists=fuses and not _torch.fusion_barrier_supported(),
     )
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     evaluator = Evaluator(problem, config.solver_time_limit, frugal)

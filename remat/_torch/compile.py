@@ -72,7 +72,7 @@ def ends_at_graph_break(gm: Any) -> bool:
 
 
 # Segments of a backward module and inductor's horizontal fusion. The rewrite numbers the segments of each backward
-# module it builds under a budget: a run of recomputed nodes and the backward work after it up to the next run. inductor
+# module it builds: a run of recomputed nodes and the backward work after it up to the next run. inductor
 # fuses loops that read the same buffers wherever they sit in the module: a loop fused with an earlier one runs
 # there, and what it waits for (the recomputation of another layer, the gradient it reads) is pulled ahead with it,
 # out of the place the plan gave it. While inductor lowers a module remat built, its fusion choices refuse

@@ -67,9 +67,8 @@ class Problem:
     baseline: BaselineSpec = BaselineSpec()
     # Values that may differ across the shard group's ranks (replication.rank_local), never sharded.
     rank_local: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    # inductor may fuse a recomputed loop with an earlier one, so recomputation runs where inductor's fusion puts it
-    # and the simulation hoists it (simulate._hoist): without a budget (inductor as plain torch.compile runs it) or on a
-    # torch without the fusion barrier (_torch.fusion_barrier).
+    # inductor may fuse a recomputed loop with an earlier one (this torch lacks the fusion barrier, so recomputation
+    # runs where inductor's fusion puts it): the simulation hoists it (simulate._hoist).
     hoists: bool = False
 
     @property
