@@ -32,6 +32,7 @@ from ..runtime.profile import Profile
 from ..runtime.rng import MODEL_PARALLEL_RNG, RNGStatesTracker
 from . import region
 from .stash import ShardGroup, StashOptions
+from .not_offered import NOT_OFFERED
 
 __all__ = [
     "CheckpointFunction",
@@ -344,58 +345,7 @@ def _set_cuda_rng_state(new_state: torch.Tensor, device: int | str | torch.devic
     rng.set_state(new_state, torch.device(device))
 
 
-# DeepSpeed's names that are not offered, with what to use instead.
-_PARTITIONING = "remat partitions checkpointed inputs itself: configure(mpu_, partition_activations=True)"
-_OFFLOAD = "remat offloads checkpointed inputs itself: configure(checkpoint_in_cpu=True)"
-_INTERNAL = (
-    "an internal helper of DeepSpeed's CheckpointFunction; checkpoint(fn, *args, **kwargs) handles tensor "
-    "and non-tensor arguments itself"
-)
-_STATE = (
-    "remat keeps the settings in one record: read it with get_settings(), is_configured(); change it with "
-    "configure(...), set_num_layers(n), partition_activations_in_checkpoint(flag)"
-)
-_NOT_OFFERED = {
-    **dict.fromkeys(
-        (
-            "get_partition_start",
-            "get_partition_size",
-            "partition_activations",
-            "gather_partitioned_activations",
-            "get_partitioned_activations_for_backward",
-        ),
-        _PARTITIONING,
-    ),
-    **dict.fromkeys(
-        ("get_cpu_activations_for_backward", "get_offloaded_activations_for_backward", "restore_offloaded_activations"),
-        _OFFLOAD,
-    ),
-    **dict.fromkeys(("extract_tensors", "merge_tensors", "is_activation_to_checkpoint"), _INTERNAL),
-    **dict.fromkeys(
-        (
-            "mpu",
-            "mp_rank",
-            "mp_size",
-            "mp_group",
-            "num_layers",
-            "PARTITION_ACTIVATIONS",
-            "CONTIGUOUS_CHECKPOINTING",
-            "CPU_CHECKPOINT",
-            "SYNCHRONIZE",
-            "PROFILE_TIME",
-            "timers",
-            "deepspeed_checkpointing_enabled",
-            "contiguous_data_buffers",
-            "contiguous_size_buffers",
-            "data_offsets",
-            "size_offsets",
-        ),
-        _STATE,
-    ),
-}
-
-
 def __getattr__(name: str) -> Any:
-    if name in _NOT_OFFERED:
-        raise AttributeError(f"remat.checkpointing.{name}: DeepSpeed's {name} is not offered; {_NOT_OFFERED[name]}")
+    if name in NOT_OFFERED:
+        raise AttributeError(f"remat.checkpointing.{name}: DeepSpeed's {name} is not offered; {NOT_OFFERED[name]}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,3 +7,9 @@ back. Names are not relied on: inner compilers and graph copies may rename nodes
 """
 
 MARK = "remat_rewrite"
+
+
+def recomputed(node, names) -> bool:
+    """Whether the backward `node` recomputes a forward value: one of `names` (the plan's recomputed values), or a
+    random op's replay and what is computed from it."""
+    return node.name in names or node.meta.get(MARK, ("",))[0] == "replay"

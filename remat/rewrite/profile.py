@@ -9,7 +9,7 @@ import torch.fx as fx
 from ..plan.problem import Problem, Resolved
 from ..runtime.table import MARK as MARK_OP
 from ..runtime.table import MOVES, RECOMPUTE, target
-from .marks import MARK
+from .marks import MARK, recomputed
 
 # Profile key → the op whose results a run of its backward chain counts (the all_gather, not the wait, slice and
 # view after it, which hand the same bytes on).
@@ -48,7 +48,7 @@ def _kind(node: fx.Node, resolved: Resolved) -> str | None:
     added = node.meta.get(MARK, ("", ""))[0]
     if added in _CHAINS:
         return added
-    if node.name in resolved.recomputed or added == "replay":
+    if recomputed(node, resolved.recomputed):
         return RECOMPUTE
     return None
 

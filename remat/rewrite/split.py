@@ -15,7 +15,7 @@ from .. import _torch
 from ..capture import COLLECTIVE_NAMESPACES, Role
 from ..plan.problem import Problem, Resolved
 from ..plan.schedule import backward_order, forward_order
-from .marks import MARK
+from .marks import MARK, recomputed
 from .profile import mark_recomputation, mark_step
 from .rng import replay_random_ops
 from .transfer import Runtime, move_saved
@@ -69,10 +69,10 @@ def mark_blocks(bw: fx.GraphModule, resolved: Resolved) -> None:
     for node in bw.graph.nodes:
         if node.op != "call_function":
             continue
-        recomputed = node.name in resolved.recomputed or node.meta.get(MARK, ("",))[0] == "replay"
-        segment += recomputed and not previous
+        here = recomputed(node, resolved.recomputed)
+        segment += here and not previous
         node.meta[_torch.BLOCK] = segment
-        previous = recomputed
+        previous = here
 
 
 def _opaque(problem: Problem, nodes: dict[str, fx.Node]) -> list[fx.Node]:
