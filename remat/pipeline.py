@@ -131,5 +131,5 @@ def baseline_of(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig
         regions = region_count(joint)
         return BaselineSpec("default partition + checkpoint regions" if regions else "default partition"), None
     _torch.min_cut_cse(joint)
-    fw, bw, saved = _torch.min_cut_partition(joint, num_fwd_outputs, static_lifetime_input_indices)
+    fw, bw, saved = _torch.min_cut_partition(joint, num_fwd_outputs, static_lifetime_input_indices, merged=True)
     return BaselineSpec("inductor min-cut partition", saved=frozenset(saved)), (fw, bw)

@@ -57,10 +57,13 @@ def default_partition(joint: Any, joint_inputs: Any, *, num_fwd_outputs: int) ->
 
 
 def min_cut_partition(
-    joint: Any, num_fwd_outputs: int, static_lifetime_input_indices: Any = None
+    joint: Any, num_fwd_outputs: int, static_lifetime_input_indices: Any = None, *, merged: bool = False
 ) -> tuple[Any, Any, tuple[str, ...]]:
     """torch's min-cut partitioner, as plain `torch.compile` with inductor runs it, on a copy of `joint` (it rewrites
-    the graph it is given): (forward module, backward module, names of the saved nodes, symbolic sizes included)."""
+    the graph it is given): (forward module, backward module, names of the saved nodes, symbolic sizes included).
+    `merged`: `joint` has been through `min_cut_cse` already, so the partitioner's own pass of it (which would find
+    nothing left to merge) is skipped."""
+    import contextlib
     import copy
 
     import torch.fx as fx
@@ -68,13 +71,15 @@ def min_cut_partition(
     min_cut = lookup("torch._functorch.partitioners", "min_cut_rematerialization_partition")
     # A copy of the graph (node metadata shared, fake tensors not copied) under the same root module.
     copied = fx.GraphModule(joint, copy.deepcopy(joint.graph))
-    fw, bw = min_cut(
-        copied,
-        None,
-        compiler="inductor",
-        num_fwd_outputs=num_fwd_outputs,
-        static_lifetime_input_indices=static_lifetime_input_indices,
-    )
+    config = importlib.import_module("torch._functorch.config")
+    with config.patch(cse=False) if merged and getattr(config, "cse", False) else contextlib.nullcontext():
+        fw, bw = min_cut(
+            copied,
+            None,
+            compiler="inductor",
+            num_fwd_outputs=num_fwd_outputs,
+            static_lifetime_input_indices=static_lifetime_input_indices,
+        )
     outputs = fw.graph.find_nodes(op="output")[0].args[0]
     saved = tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))
     return fw, bw, saved
@@ -87,8 +92,7 @@ def min_cut_cse(joint: Any) -> None:
     if not getattr(importlib.import_module("torch._functorch.config"), "cse", False):
         return
     joint.graph.eliminate_dead_code()
-    joint.graph = lookup("torch._functorch.compile_utils", "fx_graph_cse")(joint.graph)
-    joint.recompile()
+    joint.graph = lookup("torch._functorch.compile_utils", "fx_graph_cse")(joint.graph)  # the setter recompiles
 
 
 def activation_memory_budget(budget: float) -> Any:
