@@ -106,3 +106,19 @@ def test_prefer_recompute_steers_the_solver():
     steered = remat.explain(model, x, memory_budget=budget, policy=prefer)
     assert {d.op for d in plain.decisions if d.action is remat.Action.RECOMPUTE and d.cost} == {"aten.cos.default"}
     assert "aten.mm.default" in {d.op for d in steered.decisions if d.action is remat.Action.RECOMPUTE}
+
+
+def test_planning_runs_on_its_own_thread_and_passes_back_results_and_errors():
+    import threading
+
+    from remat.pipeline import on_own_thread
+
+    caller = threading.get_ident()
+    assert on_own_thread(lambda a, b: (a + b, threading.get_ident()), 2, 3)[0] == 5
+    assert on_own_thread(threading.get_ident) != caller
+
+    def fails(budget):
+        raise ValueError(f"memory_budget={budget!r}: no")
+
+    with pytest.raises(ValueError, match="memory_budget=7: no"):
+        on_own_thread(fails, 7)

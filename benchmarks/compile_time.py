@@ -1,0 +1,197 @@
+"""Compile time from a cold start: plain `torch.compile` (inductor) against remat, each row in a process of its own.
+
+    python benchmarks/compile_time.py [--models gpt,mlp,gpt2,llama] [--budgets None,0.5,0.0]
+                                      [--out benchmarks/results/compile_time.json] [--md benchmarks/COMPILE_TIME.md]
+
+Each row (a model under plain inductor, or under remat at one memory_budget) runs in a fresh Python process with an
+empty inductor cache directory (TORCHINDUCTOR_CACHE_DIR), the FX graph cache off and one compile thread, so no row
+reuses kernels another row built and every kernel is compiled by the row that needs it. The process first compiles
+and runs a tiny function (imports and compiler start-up, paid once per process, are not a row's compile time), then
+times the model's first forward+backward step: compilation of the forward and backward graphs plus one step.
+
+Two figures per row:
+- wall seconds of that first step;
+- CPU seconds: the process's own CPU time plus that of the compiler processes it waited for (gcc), so the figure holds
+  when other jobs share the machine (wall time then includes waiting for a core).
+For remat rows, the CPU seconds spent planning (`remat.pipeline.plan_joint`: capture, costs, the baseline partition,
+the solver, the simulation) are shown apart. The check (issue 12): remat's CPU seconds ≤ 1.5 × plain inductor's on
+every model, at every budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LIMIT = 1.5
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--models", default="gpt,mlp,gpt2,llama", help="comma-separated (default: %(default)s)")
+    parser.add_argument("--budgets", default="None,0.5,0.0", help="remat memory_budget values (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "compile_time.json")
+    parser.add_argument("--md", type=Path, default=HERE / "COMPILE_TIME.md")
+    parser.add_argument("--child", nargs=2, metavar=("MODEL", "ROW"), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of the child processes it has waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def child(model: str, row: str) -> dict:
+    """One row, in this (fresh) process: the first step's wall and CPU seconds, and remat's planning CPU seconds."""
+    sys.path[:0] = [str(HERE.parent), str(HERE)]
+    import torch
+
+    import remat.backend
+    from rows import _WithLoss
+    from workloads import WORKLOADS
+
+    torch.set_num_threads(1)
+    factory, batches = WORKLOADS[model]
+    workload = factory(batches[0], seed=0)
+
+    planning = [0.0]
+    plan_joint = remat.backend.plan_joint
+
+    def timed_plan_joint(*args, **kwargs):
+        start = time.process_time()
+        try:
+            return plan_joint(*args, **kwargs)
+        finally:
+            planning[0] += time.process_time() - start
+
+    remat.backend.plan_joint = timed_plan_joint  # this process only: it exits after the row
+
+    warm = torch.randn(8, 8, requires_grad=True)
+    torch.compile(lambda t: (t.sin() @ t).sum(), backend="inductor")(warm).backward()
+    torch._dynamo.reset()
+
+    if row == "inductor":
+        backend, options = "inductor", None
+    else:
+        budget = None if row == "None" else float(row)
+        backend, options = "remat", {"memory_budget": budget, "inner": "inductor"}
+    compiled = torch.compile(_WithLoss(workload.model, workload.loss_fn), backend=backend, options=options)
+    with torch._inductor.config.patch(fallback_random=True):
+        start, start_cpu = time.perf_counter(), _cpu_seconds()
+        compiled(*workload.inputs).backward()
+        wall, cpu = time.perf_counter() - start, _cpu_seconds() - start_cpu
+    return {"model": model, "row": row, "wall_seconds": wall, "cpu_seconds": cpu, "plan_cpu_seconds": planning[0]}
+
+
+def run_row(model: str, row: str) -> dict:
+    with tempfile.TemporaryDirectory(prefix="remat-compile-time-") as cache:
+        env = dict(
+            os.environ,
+            TORCHINDUCTOR_CACHE_DIR=cache,
+            TORCHINDUCTOR_FX_GRAPH_CACHE="0",
+            TORCHINDUCTOR_AUTOGRAD_CACHE="0",
+            TORCHINDUCTOR_COMPILE_THREADS="1",
+        )
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", model, row], env=env, capture_output=True, text=True, check=False
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"{model} {row}: exit {done.returncode}\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def table(rows: list[dict]) -> str:
+    plain = {r["model"]: r for r in rows if r["row"] == "inductor"}
+    lines = [
+        "| model | row | first step wall s | CPU s | of which planning | CPU vs plain inductor |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        ratio = r["cpu_seconds"] / plain[r["model"]]["cpu_seconds"] if r["model"] in plain else float("nan")
+        name = "plain inductor" if r["row"] == "inductor" else f"remat memory_budget={r['row']}"
+        planning = "-" if r["row"] == "inductor" else f"{r['plan_cpu_seconds']:.2f}"
+        lines.append(
+            f"| {r['model']} | {name} | {r['wall_seconds']:.2f} | {r['cpu_seconds']:.2f} | {planning} | {ratio:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    plain = {r["model"]: r["cpu_seconds"] for r in rows if r["row"] == "inductor"}
+    out = []
+    for model, base in plain.items():
+        worst = max((r for r in rows if r["model"] == model and r["row"] != "inductor"), key=lambda r: r["cpu_seconds"])
+        ratio = worst["cpu_seconds"] / base
+        out.append(
+            f"{'PASS' if ratio <= LIMIT else 'FAIL'}: {model}: slowest remat row (memory_budget={worst['row']}) "
+            f"{worst['cpu_seconds']:.1f} s CPU vs plain inductor {base:.1f} s ({ratio:.2f}x, limit {LIMIT}x)"
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(child(*args.child)))
+        return 0
+    rows = []
+    for model in [m for m in args.models.split(",") if m]:
+        for row in ["inductor", *[b for b in args.budgets.split(",") if b]]:
+            rows.append(run_row(model, row))
+            r = rows[-1]
+            print(
+                f"{model} {row}: {r['wall_seconds']:.1f} s wall, {r['cpu_seconds']:.1f} s CPU "
+                f"(planning {r['plan_cpu_seconds']:.1f} s)",
+                flush=True,
+            )
+    lines = verdicts(rows)
+    import torch
+
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg()[0],
+        "argv": sys.argv[1:] if argv is None else argv,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows, "verdicts": lines}, indent=2) + "\n")
+    text = "\n".join(
+        [
+            "# Compile time from a cold start",
+            "",
+            f"`python benchmarks/compile_time.py {' '.join(meta['argv'])}` on {meta['date']} (torch {meta['torch']}, "
+            f"Python {meta['python']}, {meta['cpus']} CPUs, load average {meta['load_average']:.1f} at the end). "
+            "Each row is a fresh process with an empty inductor cache, one compile thread and one torch thread; "
+            "the figures are the model's first forward+backward step (both graphs compiled, one step run). CPU s "
+            "counts the compiler processes (gcc) too, and is the figure compared (the machine is shared).",
+            "",
+            table(rows),
+            "",
+            *[f"- {line}" for line in lines],
+            "",
+        ]
+    )
+    args.md.write_text(text)
+    print(table(rows))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
