@@ -65,6 +65,7 @@ def transfer_of(config: RematConfig) -> Transfer:
         world=max(world, 1),
         rank=rank,
         group=group.group_name if group is not None else "",
+        contiguous=config.contiguous,
     )
 
 

@@ -67,6 +67,15 @@ def shard_numel(numel: int, world: int) -> int:
     return -(-numel // world)
 
 
+ARENA_ALIGN = 64  # bytes; every arena slot starts at a multiple of this
+
+
+def arena_slot_bytes(nbytes: int) -> int:
+    """Bytes a value of `nbytes` takes in a contiguous arena: rounded up to ARENA_ALIGN. The arena pool places
+    values by it and the simulation sizes the arena by it."""
+    return -(-nbytes // ARENA_ALIGN) * ARENA_ALIGN
+
+
 def _offload_fake(x: Tensor, profile_id: int = -1, sync: bool = False) -> Tensor:
     return torch.empty_like(x, device="cpu")
 
@@ -85,10 +94,6 @@ def _arena_store_fake(x: Tensor, key: int, num_slots: int, profile_id: int = -1,
     return torch.empty_like(x)
 
 
-def _arena_pack_fake(xs: list[Tensor], key: int, profile_id: int = -1, sync: bool = False) -> list[Tensor]:
-    return [torch.empty_like(x) for x in xs]
-
-
 def _mark_fake(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: int, begin: bool) -> None:
     return None
 
@@ -96,13 +101,10 @@ def _mark_fake(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: i
 OFFLOAD = Op("offload", _offload_fake, "offload")  # a host copy (pinned, on a side stream, on CUDA)
 RELOAD = Op("reload", _reload_fake, "reload")  # the device copy of a host copy
 SHARD = Op("shard", _shard_fake, "shard")  # this rank's 1/world of a value, flattened
-ARENA_STORE = Op("arena_store", _arena_store_fake, "pack")  # a value copied into the next slot of an arena
-# A step's saved values stored together, as the forward's last op: the inserted op of contiguous=True.
-ARENA_PACK = Op(
-    "arena_pack", _arena_pack_fake, schema="(Tensor[] xs, int key, int profile_id=-1, bool sync=False) -> Tensor[]"
-)
+# A value copied into the next slot of an arena: the inserted op of contiguous=True, right after each saved value.
+ARENA_STORE = Op("arena_store", _arena_store_fake, "pack")
 MARK = Op("mark", _mark_fake)  # a profile timestamp around recomputation or a backward chain without its own timing
-OPS = (OFFLOAD, RELOAD, SHARD, ARENA_STORE, ARENA_PACK, MARK)
+OPS = (OFFLOAD, RELOAD, SHARD, ARENA_STORE, MARK)
 
 
 @dataclasses.dataclass(frozen=True)
