@@ -43,6 +43,7 @@ class Op:
     # The schema, where torch.library.custom_op cannot infer a legal one from the kernel's annotations (results that
     # share one storage); such an op runs after autograd is traced away and needs no autograd rule.
     schema: str | None = None
+    tags: tuple[torch.Tag, ...] = ()  # torch.library tags (how a compiler must treat its arguments)
 
     @property
     def overload(self) -> Any:
@@ -53,7 +54,7 @@ class Op:
         """Register `kernel` as this op (ops.py decorates each kernel with it); returns the callable op."""
         qualname = f"{NAMESPACE}::{self.name}"
         if self.schema is None:
-            op = torch.library.custom_op(qualname, kernel, mutates_args=())
+            op = torch.library.custom_op(qualname, kernel, mutates_args=(), tags=self.tags)
             op.register_fake(self.fake)
             return op
         _LIBRARY.define(f"{self.name}{self.schema}")
@@ -102,7 +103,9 @@ OFFLOAD = Op("offload", _offload_fake, "offload")  # a host copy (pinned, on a s
 RELOAD = Op("reload", _reload_fake, "reload")  # the device copy of a host copy
 SHARD = Op("shard", _shard_fake, "shard")  # this rank's 1/world of a value, flattened
 # A value copied into the next slot of an arena: the inserted op of contiguous=True, right after each saved value.
-ARENA_STORE = Op("arena_store", _arena_store_fake, "pack")
+# Its argument keeps the stride order of the graph's value, so its result has the strides the forward returns it with:
+# inductor then returns the slot itself rather than a copy, and never reuses the slot's memory for buffers of its own.
+ARENA_STORE = Op("arena_store", _arena_store_fake, "pack", tags=(torch.Tag.needs_fixed_stride_order,))
 MARK = Op("mark", _mark_fake)  # a profile timestamp around recomputation or a backward chain without its own timing
 OPS = (OFFLOAD, RELOAD, SHARD, ARENA_STORE, MARK)
 
