@@ -145,7 +145,9 @@ class RematConfig:
         partition: shard saved activations across ranks: None (no sharding), ``"world"`` (the default process
             group) or a ``torch.distributed.ProcessGroup``.
         contiguous: True: saved activations are copied into one preallocated arena per graph, reused across steps
-            (learned on the first step, grown when shapes grow); False: each keeps its own allocation.
+            (learned on the first step, grown when shapes grow), each as it is computed (its own allocation is freed
+            at once); False: each keeps its own allocation. The arena is held for the whole step and does not shrink
+            as backward consumes it: the planner counts it so, and ``remat.peak_memory`` measures it.
         rng: random ops in recomputation: ``"replay"`` (backward re-runs them from the generator state saved before
             them: same numbers, a few bytes) or ``"save"`` (their outputs are always saved).
         profile: True: record per step the time and bytes of recomputation, offload/reload, shard, gather and packing,

@@ -12,6 +12,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from . import _torch
+from .runtime.buffers import POOL
 
 __all__ = ["peak_memory"]
 
@@ -28,6 +29,11 @@ def peak_memory(
     Memory that was allocated before the call and is still held does not count, and freeing it during the call
     does not lower the peak below zero nor offset later allocations: the result is the most bytes the call itself
     had allocated at any moment (its outputs included, while they are alive).
+
+    One exception: remat's contiguous arenas (``contiguous=True``, ``contiguous_checkpointing``). The arena pool
+    keeps its buffers from step to step, so after the first step a step's saved values allocate nothing; a buffer
+    of the pool that the call stores saved values in counts for the whole call, as if allocated at its start, since
+    it is part of the call's footprint. A buffer the pool allocates during the call is an allocation of the call.
 
     Args:
         device: ``"cpu"`` or ``"cuda"`` (``"cuda:1"``, ...). None: ``"cuda"`` if any tensor in ``args``/``kwargs``
@@ -79,18 +85,20 @@ def _cuda_peak(fn, args, kwargs, device: torch.device) -> int:
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     start = torch.cuda.memory_allocated(device)
-    fn(*args, **kwargs)
+    with POOL.watch() as arenas:
+        fn(*args, **kwargs)
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - start
-    return max(int(peak), 0)
+    return max(int(peak), 0) + arenas.bytes_on(device)
 
 
 def _cpu_peak(fn, args, kwargs, exclude) -> int:
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn(*args, **kwargs)
+    with POOL.watch() as arenas:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn(*args, **kwargs)
     events = _cpu_memory_events(prof)
     excluded = _excluded_allocations(events, exclude() if exclude is not None else ())
-    return _replay(events, excluded)
+    return _replay(events, excluded) + arenas.bytes_on(torch.device("cpu"))
 
 
 def _cpu_memory_events(prof: profile) -> list[tuple[int, int, int]]:

@@ -67,6 +67,7 @@ def transfer_of(config: RematConfig) -> Transfer:
         world=max(world, 1),
         rank=rank,
         group=group.group_name if group is not None else "",
+        contiguous=config.contiguous,
     )
 
 

@@ -168,3 +168,26 @@ def test_inductor_compiled_allocations():
     assert peak_memory(compiled_fused, x) < 1024
     # Inductor allocates exactly its two 1 MiB output buffers.
     assert peak_memory(compiled_two, x) == 2 * MiB
+
+
+def test_an_arena_taken_from_the_pool_counts_for_the_whole_call():
+    from remat.runtime.buffers import POOL
+
+    POOL.clear()
+    key, cpu = -(1 << 40), torch.device("cpu")
+    POOL.reserve(key, cpu, 2 * MiB, count=1)  # allocated before the call, held by the pool between steps
+    x = torch.randn(N)
+    kept = []
+
+    def step():
+        kept[:] = [torch.ops.remat.arena_store(x, key, 2), torch.ops.remat.arena_store(x, key, 2)]
+
+    try:
+        assert near(peak_memory(step), 2 * MiB)  # the arena; the stores allocate nothing
+        # the first step's values still use the arena: the pool allocates another, counted once as an allocation
+        assert near(peak_memory(step), 2 * MiB)
+        assert POOL.stats.allocations == 2
+        assert near(peak_memory(lambda: torch.empty(N)), MiB)  # a call that takes no arena is not charged one
+    finally:
+        kept.clear()
+        POOL.clear()

@@ -40,7 +40,6 @@ SAMPLES = {
     "reload": (X, torch.device("cpu")),
     "shard": (X, 1, 2),
     "arena_store": (X, -7, 1),
-    "arena_pack": ([X, X.t()], -8),
     "mark": (X, -1, "recompute0", "recompute", 0, True),
 }
 

@@ -134,3 +134,47 @@ def test_measured_peak_matches_simulation_with_aot_eager():
         measured = remat.peak_memory(step, exclude=lambda: [w.grad for w in model.parameters()])
         # the backward's one-element tangent and a few bytes of bookkeeping are all that differ
         assert p.peak_bytes <= measured <= p.peak_bytes + 64
+
+
+# contiguous=True: (budget, saved MiB, peak MiB, recomputed cos, recomputed mm). Saved values live in an arena the
+# pool holds for the whole step, each copied there as it is computed (its own 1 MiB freed at once): the arena never
+# shrinks in backward, so keeping all 10 values peaks at 13 MiB (arena + the gradient, sin and neg of one layer).
+CONTIGUOUS = [
+    (None, 10, 13, 0, 0),
+    (12 * MIB + 16, 9, 12, 1, 0),
+    (10 * MIB + 16, 7, 10, 3, 0),
+    (9 * MIB + 16, 6, 9, 4, 0),
+]
+
+
+@pytest.mark.parametrize("budget,saved,peak,cos,mm", CONTIGUOUS)
+def test_contiguous_arena_is_simulated_for_the_whole_step(joint, budget, saved, peak, cos, mm):
+    p = plan(joint, memory_budget=budget, contiguous=True, inner="aot_eager")
+    assert p.saved_bytes == saved * MIB
+    assert p.peak_bytes == peak * MIB + LOSS
+    assert counts(p) == (cos, mm)
+    assert set(p.timeline.live_at_peak()) == {d.name for d in p.decisions if d.action is remat.Action.SAVE}
+
+
+def test_contiguous_measured_peak_matches_simulation_with_aot_eager():
+    from remat.runtime.buffers import POOL
+
+    model, x = CosMM(), cosmm_input()
+    for budget, _, peak, _, _ in CONTIGUOUS:
+        torch._dynamo.reset()
+        POOL.clear()
+        options = {"memory_budget": budget, "inner": "aot_eager", "contiguous": True}
+        compiled = torch.compile(model, backend="remat", options=options)
+
+        def step():
+            for w in model.parameters():
+                w.grad = None
+            compiled(x).backward()
+
+        step()  # the pool learns the arena's size
+        step()  # and allocates it
+        measured = remat.peak_memory(step, exclude=lambda: [w.grad for w in model.parameters()])
+        assert remat.last_plan().peak_bytes == peak * MIB + LOSS
+        assert peak * MIB + LOSS <= measured <= peak * MIB + LOSS + 64, budget
+        assert POOL.stats.allocations == 1
+    POOL.clear()

@@ -18,6 +18,7 @@ from .._torch import tensor_version, tree_flatten, tree_unflatten
 from ..runtime import buffers
 from ..runtime import identity
 from ..runtime.ops import gather_shards
+from ..runtime.table import arena_slot_bytes
 
 # Pool keys of eager regions: one per arena size (the pool learns a key's size), far from compiled graphs' keys.
 # A region fills all its slots in one go, so its step never stays open.
@@ -139,7 +140,7 @@ def _to_arena(kept: list[torch.Tensor], options: StashOptions, reserve: int | No
     out = list(kept)
     for device in sorted({t.device for t in kept}, key=str):
         index = [i for i, t in enumerate(kept) if t.device == device]
-        nbytes = sum(-(-kept[i].numel() * kept[i].element_size() // buffers.ALIGN) * buffers.ALIGN for i in index)
+        nbytes = sum(arena_slot_bytes(kept[i].numel() * kept[i].element_size()) for i in index)
         key = _ARENA_KEYS - nbytes
         buffers.POOL.reserve(key, device, nbytes, reserve or 0)
         with torch.no_grad():

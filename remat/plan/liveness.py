@@ -49,6 +49,7 @@ def liveness(problem: Problem) -> Liveness:
             reads[a.storage[j]] = (reads.get(a.storage[j], (r, r))[0], r)
     fw_end = len(required) - 1
     spans: dict[str, dict[str, list[tuple[int, int, int]]]] = {"saved": {}, "recomputed": {}, "forward": {}}
+    arena: dict[str, tuple[int, int, int]] = {}  # contiguous=True: a saved candidate's arena slot, every row
     bases = []
     for which, resolved in (("saved", problem.resolve(())), ("recomputed", problem.resolve(problem.choosable))):
         life = lifetimes(problem, resolved)
@@ -87,6 +88,13 @@ def liveness(problem: Problem) -> Liveness:
             elif name in problem.fw_required:
                 end = hi if owner not in kept else min(hi, fw_end)
                 spans["forward"].setdefault(name, []).append((lo, end, term[2]))
+        if which == "saved":
+            for owner, size in life.arena:
+                if owner in candidates:
+                    arena[a.names[owner]] = (0, len(rows) - 1, size)
+                else:
+                    base[0] += size
+                    base[len(rows)] -= size
         bases.append(list(itertools.accumulate(base[:-1])))
         if which == "recomputed":  # a replayed random op keeps its generator state from its run to its replay
             fw_pos = {i: p for p, i in enumerate(life.fw)}
@@ -107,6 +115,12 @@ def liveness(problem: Problem) -> Liveness:
     for name, terms in spans["saved"].items():
         after = max((hi for _, hi, _ in spans["forward"].get(name, ())), default=-1)
         saved[name] = tuple((max(lo, after + 1), hi, size) for lo, hi, size in terms if hi > after)
+    outputs = {a.storage[a.index[o]] for o in problem.graph.fw_outputs}
+    for name, term in arena.items():
+        # Saved, the value lives in its slot at every row, and its own storage only where it is computed: the
+        # forward readers `base` counts it for read the slot (a forward output's storage stays, the caller holds it).
+        early = () if a.index[name] in outputs else spans["forward"].get(name, ())
+        saved[name] = saved.get(name, ()) + (term,) + tuple((lo + 1, hi, -size) for lo, hi, size in early if hi > lo)
     return Liveness(
         tuple(rows),
         tuple(min(x, y) + f for x, y, f in zip(*bases, forward)),

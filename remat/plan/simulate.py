@@ -18,7 +18,8 @@ from . import fusion
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
 from .schedule import backward_ids, forward_ids
-from .transfer import kept_bytes
+from ..runtime.table import arena_slot_bytes
+from .transfer import kept_bytes, packed
 
 FORWARD, RECOMPUTE, BACKWARD = "forward", "recompute", "backward"
 
@@ -65,6 +66,9 @@ class Lifetimes:
     # its replay) and the kept forms of values that leave the device (from the value's forward step to its first
     # backward read; runtime/table.py's Move.kept): (bytes, first, last step).
     extra_spans: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
+    # contiguous=True: the arena slot of each packed saved value, (owner position, slot bytes), live for the whole
+    # step: the pool holds the arena from step to step (runtime/buffers.py).
+    arena: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
 
 def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
@@ -143,12 +147,15 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     saved = sorted({storage[a.index[s]] for s in resolved.saved})  # a saved view keeps its base's storage
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
     spans += _unused_outputs(problem, fw, bw, recomputed)
+    arena: list[tuple[int, int]] = []
+    if problem.transfer.contiguous:
+        spans, arena = _pack(problem, resolved, spans, saved_spans, end)
     if problem.fuses:
         spans = fusion.reuse(spans, a.reuse_keys, num_fw)
     extra = _rng_spans(problem, resolved, fw, bw)
     if resolved.offloaded or resolved.sharded:
         spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans)
-    return Lifetimes(fw, bw, spans, saved_spans, extra)
+    return Lifetimes(fw, bw, spans, saved_spans, extra, arena)
 
 
 def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo, alloc, first_bw) -> None:
@@ -252,6 +259,25 @@ def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_s
     return out, extra
 
 
+def _pack(problem: Problem, resolved: Resolved, spans, saved_spans, end: int):
+    """contiguous=True: each packed value is copied into its arena slot right after it is computed and read there
+    from then on (rewrite/transfer.py), so its own storage lives for the step that computes it only (a forward
+    output, which the caller holds, stays). Its slot is live for the whole step, and so is the value as a saved one:
+    recomputing it instead shrinks the arena wherever the peak is."""
+    a = problem.arrays
+    names = packed(problem.graph, sorted(resolved.saved, key=a.index.__getitem__), resolved.moves)
+    outputs = {a.storage[a.index[o]] for o in problem.graph.fw_outputs}
+    stored = {a.index[name] for name in names}
+    out = []
+    for owner, first, final in spans:
+        if owner in stored and owner not in outputs and saved_spans.get(a.names[owner]) == (first, final):
+            final = first
+        out.append((owner, first, final))
+    for name in names:
+        saved_spans[name] = (0, end)
+    return out, [(a.index[name], arena_slot_bytes(a.nbytes[a.index[name]])) for name in names]
+
+
 def _unused_outputs(problem: Problem, fw: list[int], bw: list[int], recomputed) -> list[tuple[int, int, int]]:
     """A multi-output op allocates all its outputs when it runs; those the schedule does not take (a recomputed
     dropout whose output backward does not read) live for that step only, as does an op's scratch: (owner, step,
@@ -301,6 +327,7 @@ def simulate(problem: Problem, resolved: Resolved) -> Timeline:
     for size, first, final in life.extra_spans:
         delta[first] += size
         delta[final + 1] -= size
+    delta[0] += sum(size for _, size in life.arena)  # the arena: held for the whole step
     live = tuple(itertools.accumulate(delta[:-1]))
     peak = max(live, default=0)
     leaving = resolved.sharded | resolved.offloaded  # their saved bytes are the extra spans' kept forms

@@ -55,8 +55,12 @@ def symbolic_memory(problem: Problem, resolved: Resolved) -> tuple[sympy.Expr, s
     num_steps = len(life.fw) + len(life.bw)
     starts: list[list[int]] = [[] for _ in range(num_steps + 1)]
     ends: list[list[int]] = [[] for _ in range(num_steps + 1)]
-    vectors = [owner_vectors[owner] for owner, _, _ in life.spans] + extra_vectors
-    for k, (_, first, final) in enumerate(list(life.spans) + list(life.extra_spans)):
+    # contiguous=True: the arena's slots, for the whole step; sized at the hint, as its alignment rounds them.
+    arena_vectors = [terms.decompose(sympy.Integer(size)) for _, size in life.arena]
+    vectors = [owner_vectors[owner] for owner, _, _ in life.spans] + extra_vectors + arena_vectors
+    intervals = [(first, final) for _, first, final in [*life.spans, *life.extra_spans]]
+    intervals += [(0, num_steps - 1)] * len(arena_vectors)
+    for k, (first, final) in enumerate(intervals):
         starts[first].append(k)
         ends[final + 1].append(k)
     live: dict[int, Coefficient] = {}

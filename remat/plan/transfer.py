@@ -1,7 +1,8 @@
-"""Which saved values leave the device between forward and backward: offloaded to host or sharded over ranks.
+"""Which saved values leave the device between forward and backward: offloaded to host or sharded over ranks; and,
+with contiguous=True, which of those staying go into the step's arena.
 
 The solvers decide what to recompute; every saved value then goes to host (offload), to 1/world per rank (shard,
-the partition= option) or stays whole on the device, by the rule here. The rule is applied inside
+the partition= option) or stays whole on the device, by the rules here. The rule is applied inside
 `Problem.resolve`, so every candidate plan is simulated with its transfers and the solvers plan recomputation around
 them. How each move keeps a value, and what that costs, is its entry in runtime/table.py.
 """
@@ -9,7 +10,7 @@ them. How each move keeps a value, and what that costs, is its entry in runtime/
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import torch
 
@@ -32,6 +33,7 @@ class Transfer:
     world: int = 1  # ranks saved values are sharded over (the partition= option); 1: none
     rank: int = 0
     group: str = ""  # name of the shard group, as collectives in the graph name theirs
+    contiguous: bool = False  # saved values on the device are stored in one arena per step (runtime/buffers.py)
 
     @property
     def active(self) -> bool:
@@ -47,6 +49,20 @@ def eligible(graph: Graph, name: str) -> bool:
         and v.nbytes >= MIN_TRANSFER_BYTES
         and v.device in ("cpu", "cuda")
     )
+
+
+def packed(graph: Graph, saved: Iterable[str], moved: Iterable[str] = ()) -> list[str]:
+    """The saved values contiguous=True stores in the arena, in the order of `saved`: the forward's own tensors
+    that stay on the device (not views, whose base is stored or not on its own; not empty; not moved). Names that
+    are no graph value (the generator state of a replayed op: a few bytes) stay where they are."""
+    moved = set(moved)
+    out = []
+    for name in saved:
+        v = graph.by_name.get(name)
+        if v is not None and v.role is Role.FORWARD and v.is_tensor and not v.is_view and v.nbytes > 0:
+            if name not in moved:
+                out.append(name)
+    return out
 
 
 def kept_bytes(value: Value, move: Move, world: int) -> int:

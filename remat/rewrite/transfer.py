@@ -3,24 +3,24 @@
 Each move is the same on the extracted modules, as its entry in runtime/table.py declares it: after the forward
 value `v`, insert the move's forward op (`remat::offload`, `remat::shard`) and return its result in `v`'s saved slot;
 backward's placeholder receives it, and the move's backward chain (`remat::reload`; all_gather + slice + view) runs
-just before the first reader of `v`. Packed values go into the arena together, in one `remat::arena_pack` as the
-forward's last op (so the inner compiler sees the arena views only as outputs and never reuses their memory);
-backward reads them in place.
+just before the first reader of `v`. A packed value (contiguous=True) is stored in the step's arena right after it
+is computed (`remat::arena_store`) and every later reader, in forward and backward, reads the arena's copy, so the
+value's own allocation is freed at once; the forward returns the arena's copy (a graph output, whose memory a
+compiler never reuses) in the saved slot and, where the value is also a forward output, the value itself there.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import operator
 from typing import Any
 
 import torch
 import torch.fx as fx
 
 from .. import _torch
-from ..capture import Role
 from ..plan.problem import Problem, Resolved
-from ..runtime.table import ARENA_PACK, Move, Site, target
+from ..plan.transfer import packed as packed_values
+from ..runtime.table import ARENA_STORE, Move, Site, target
 from .marks import MARK
 
 
@@ -63,9 +63,12 @@ def move_saved(
         move = moves.get(node.name)
         if move is not None and node.name in placeholders:
             outs[i] = _move(fw, bw, node, placeholders[node.name], move, _site(node, problem, runtime))
-    slots = [(i, node) for i, node in saved if node.name in packed and node.name in placeholders]
-    if slots:
-        _pack(fw, output, outs, slots, placeholders, runtime)
+    stored: dict[str, fx.Node] = {}
+    for i, node in saved:
+        if node.name in packed and node.name in placeholders:
+            if node.name not in stored:
+                stored[node.name] = _store(fw, node, output, len(packed), placeholders[node.name], runtime)
+            outs[i] = stored[node.name]
     output.args = (tuple(outs),) + tuple(output.args[1:])
     for gm in (fw, bw):
         gm.graph.lint()
@@ -73,17 +76,11 @@ def move_saved(
 
 
 def _packed(problem: Problem, resolved: Resolved, runtime: Runtime, saved: list[str]) -> list[str]:
+    """The saved values stored in the arena, each once (the rule is plan/transfer.py's, which the simulation
+    follows)."""
     if runtime.contiguous_key < 0:
         return []
-    moved = resolved.moves
-    out = []
-    for name in saved:
-        v = problem.graph.by_name.get(name)
-        if v is None:  # a generator state of a replayed op: tiny, stays where it is
-            continue
-        if v.role is Role.FORWARD and v.is_tensor and not v.is_view and v.nbytes > 0 and name not in moved:
-            out.append(name)
-    return out
+    return packed_values(problem.graph, dict.fromkeys(saved), resolved.moves)
 
 
 def _site(node: fx.Node, problem: Problem, runtime: Runtime) -> Site:
@@ -113,20 +110,15 @@ def _move(
     return kept
 
 
-def _pack(fw, output, outs, slots, placeholders, runtime) -> None:
-    """One `remat::arena_pack` of every packed value, right before the forward returns them."""
-    nodes = [node for _, node in slots]
-    with fw.graph.inserting_before(output):
-        pack = fw.graph.call_function(
-            ARENA_PACK.overload, (nodes, runtime.contiguous_key, runtime.profile_id, runtime.sync)
-        )
-        pack.meta["val"] = _fake_run(ARENA_PACK.overload, pack.args)
-        for k, (i, node) in enumerate(slots):
-            slot = fw.graph.call_function(operator.getitem, (pack, k))
-            slot.name = f"{node.name}_packed"
-            slot.meta["val"] = pack.meta["val"][k]
-            _receive(placeholders[node.name], slot)
-            outs[i] = slot
+def _store(
+    fw: fx.GraphModule, node: fx.Node, output: fx.Node, num_slots: int, placeholder: fx.Node, runtime
+) -> fx.Node:
+    """`remat::arena_store` of `node` right after it; every forward reader but the output reads the stored copy."""
+    args = (node, runtime.contiguous_key, num_slots, runtime.profile_id, runtime.sync)
+    kept = _after(fw, node, ARENA_STORE.overload, args, "packed")
+    node.replace_all_uses_with(kept, delete_user_cb=lambda user: user is not kept and user is not output)
+    _receive(placeholder, kept)
+    return kept
 
 
 def _after(gm: fx.GraphModule, node: fx.Node, op, args: tuple, suffix: str) -> fx.Node:

@@ -8,17 +8,32 @@ allocator does not fragment around long-lived activations.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 import torch
 
-ALIGN = 64  # bytes; every slot starts at a multiple of this
+from .table import arena_slot_bytes
 
 
 @dataclasses.dataclass
 class PoolStats:
     allocations: int = 0  # buffers allocated, ever
     reuses: int = 0  # steps served by a buffer allocated earlier
+
+
+@dataclasses.dataclass
+class Watch:
+    """What a block took from the pool (ArenaPool.watch): `held`, the buffers there when it began (referenced, so no
+    buffer made later takes one's id), and `taken`, those of them a step took within it: {id: (device, bytes)}."""
+
+    held: dict[int, torch.Tensor]
+    taken: dict[int, tuple[torch.device, int]] = dataclasses.field(default_factory=dict)
+
+    def bytes_on(self, device: torch.device) -> int:
+        """Bytes of the taken buffers on `device` (any index of its type when it names none)."""
+        return sum(n for d, n in self.taken.values() if d.type == device.type and device.index in (None, d.index))
 
 
 class ArenaPool:
@@ -31,6 +46,19 @@ class ArenaPool:
         self._open: dict[tuple[int, torch.device], list] = {}  # (graph, device) → [buffer, next offset, placed, total]
         self._need: dict[tuple[int, torch.device], int] = {}  # (graph, device) → bytes its largest step placed
         self.stats = PoolStats()
+        self._watches: list[Watch] = []
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[Watch]:
+        """Within the block, record the buffers allocated before it that steps take from the pool. A measurement of
+        the block counts them: the pool kept them between steps, but they hold the block's saved values (a buffer
+        allocated within the block is an allocation of its own)."""
+        watch = Watch({id(b): b for held in self._buffers.values() for b in held})
+        self._watches.append(watch)
+        try:
+            yield watch
+        finally:
+            self._watches = [w for w in self._watches if w is not watch]
 
     def place(self, key: int, device: torch.device, nbytes: int, num_slots: int) -> tuple[torch.Tensor, int] | None:
         """(buffer, byte offset) for the next saved value of graph `key`'s current step, or None when the arena
@@ -40,7 +68,7 @@ class ArenaPool:
         if entry is None:
             need = self._need.get(slot)
             entry = self._open[slot] = [self._acquire(device, need) if need else None, 0, 0, 0]
-        size = -(-nbytes // ALIGN) * ALIGN
+        size = arena_slot_bytes(nbytes)
         buffer, offset = entry[0], entry[1]
         placed = None
         if buffer is not None and offset + size <= buffer.numel():
@@ -57,7 +85,11 @@ class ArenaPool:
         free = [b for b in self._buffers.setdefault(device, []) if b.numel() >= nbytes and not _in_use(b)]
         if free:
             self.stats.reuses += 1
-            return min(free, key=lambda b: b.numel())
+            buffer = min(free, key=lambda b: b.numel())
+            for watch in self._watches:
+                if id(buffer) in watch.held:
+                    watch.taken[id(buffer)] = (buffer.device, buffer.numel())
+            return buffer
         buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
         self._buffers[device].append(buffer)
         self.stats.allocations += 1

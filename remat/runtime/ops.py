@@ -9,8 +9,8 @@ inner compiler takes them.
   of world; profiled as "shard", this rank's bytes), after checking that `x` is the same on every rank when the
   check `check_id` is due (identity.py); backward gathers the shards with torch's functional all_gather and views
   the result back.
-- ``remat::arena_store(x, key, num_slots)`` → `x` copied into the next slot of graph `key`'s arena for this step;
-  ``remat::arena_pack(xs, key)`` stores a whole step's saved values, as the forward's last op.
+- ``remat::arena_store(x, key, num_slots)`` → `x` copied into the next slot of graph `key`'s arena for this step
+  (`num_slots` values per step), or into an allocation of its own while the pool does not know the arena's size.
 - ``remat::mark(anchor, profile_id, label, kind, nbytes, begin)`` → profile timestamps around a run of
   recomputation or a gather in backward (`anchor` names the device). Exact where the backward runs node by node
   (aot_eager, eager); inductor fuses recomputation into its consumers and drops the marks, so there the profile
@@ -29,9 +29,9 @@ from torch import Tensor
 
 from . import buffers, identity, profile, streams
 from .collective import all_gather
-from .table import ARENA_PACK, ARENA_STORE, MARK, OFFLOAD, RELOAD, SHARD, SHARDING, shard_numel
+from .table import ARENA_STORE, MARK, OFFLOAD, RELOAD, SHARD, SHARDING, shard_numel
 
-__all__ = ["arena_pack", "arena_store", "gather_shards", "mark", "offload", "reload", "shard", "shard_numel"]
+__all__ = ["arena_store", "gather_shards", "mark", "offload", "reload", "shard", "shard_numel"]
 
 
 def _timed(profile_id: int, kind: str | None, nbytes: int, sync: bool, device: torch.device, work):
@@ -121,15 +121,6 @@ def arena_store(x: Tensor, key: int, num_slots: int, profile_id: int = -1, sync:
         return slot.copy_(x)
 
     return _timed(profile_id, ARENA_STORE.profile, nbytes, sync, x.device, work)
-
-
-@ARENA_PACK.register
-def arena_pack(xs: list[Tensor], key: int, profile_id: int = -1, sync: bool = False) -> list[Tensor]:
-    """All of a step's saved values into graph `key`'s arena at once, in order. Called as the forward's last op,
-    so its results are graph outputs only: a compiler never reuses their memory for its own buffers. Its results
-    share one storage (the arena), which torch.library.custom_op forbids between returns: its schema is spelled
-    out (table.ARENA_PACK)."""
-    return [arena_store(x, key, len(xs), profile_id, sync) for x in xs]
 
 
 @MARK.register

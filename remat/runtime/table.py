@@ -43,6 +43,7 @@ class Op:
     # The schema, where torch.library.custom_op cannot infer a legal one from the kernel's annotations (results that
     # share one storage); such an op runs after autograd is traced away and needs no autograd rule.
     schema: str | None = None
+    tags: tuple[torch.Tag, ...] = ()  # torch.library tags (how a compiler must treat its arguments)
 
     @property
     def overload(self) -> Any:
@@ -53,7 +54,7 @@ class Op:
         """Register `kernel` as this op (ops.py decorates each kernel with it); returns the callable op."""
         qualname = f"{NAMESPACE}::{self.name}"
         if self.schema is None:
-            op = torch.library.custom_op(qualname, kernel, mutates_args=())
+            op = torch.library.custom_op(qualname, kernel, mutates_args=(), tags=self.tags)
             op.register_fake(self.fake)
             return op
         _LIBRARY.define(f"{self.name}{self.schema}")
@@ -65,6 +66,15 @@ class Op:
 def shard_numel(numel: int, world: int) -> int:
     """Elements each rank keeps of a value with `numel` elements: ceil(numel / world), the last shard zero-padded."""
     return -(-numel // world)
+
+
+ARENA_ALIGN = 64  # bytes; every arena slot starts at a multiple of this
+
+
+def arena_slot_bytes(nbytes: int) -> int:
+    """Bytes a value of `nbytes` takes in a contiguous arena: rounded up to ARENA_ALIGN. The arena pool places
+    values by it and the simulation sizes the arena by it."""
+    return -(-nbytes // ARENA_ALIGN) * ARENA_ALIGN
 
 
 def _offload_fake(x: Tensor, profile_id: int = -1, sync: bool = False) -> Tensor:
@@ -85,10 +95,6 @@ def _arena_store_fake(x: Tensor, key: int, num_slots: int, profile_id: int = -1,
     return torch.empty_like(x)
 
 
-def _arena_pack_fake(xs: list[Tensor], key: int, profile_id: int = -1, sync: bool = False) -> list[Tensor]:
-    return [torch.empty_like(x) for x in xs]
-
-
 def _mark_fake(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: int, begin: bool) -> None:
     return None
 
@@ -96,13 +102,12 @@ def _mark_fake(anchor: Tensor, profile_id: int, label: str, kind: str, nbytes: i
 OFFLOAD = Op("offload", _offload_fake, "offload")  # a host copy (pinned, on a side stream, on CUDA)
 RELOAD = Op("reload", _reload_fake, "reload")  # the device copy of a host copy
 SHARD = Op("shard", _shard_fake, "shard")  # this rank's 1/world of a value, flattened
-ARENA_STORE = Op("arena_store", _arena_store_fake, "pack")  # a value copied into the next slot of an arena
-# A step's saved values stored together, as the forward's last op: the inserted op of contiguous=True.
-ARENA_PACK = Op(
-    "arena_pack", _arena_pack_fake, schema="(Tensor[] xs, int key, int profile_id=-1, bool sync=False) -> Tensor[]"
-)
+# A value copied into the next slot of an arena: the inserted op of contiguous=True, right after each saved value.
+# Its argument keeps the stride order of the graph's value, so its result has the strides the forward returns it with:
+# inductor then returns the slot itself rather than a copy, and never reuses the slot's memory for buffers of its own.
+ARENA_STORE = Op("arena_store", _arena_store_fake, "pack", tags=(torch.Tag.needs_fixed_stride_order,))
 MARK = Op("mark", _mark_fake)  # a profile timestamp around recomputation or a backward chain without its own timing
-OPS = (OFFLOAD, RELOAD, SHARD, ARENA_STORE, ARENA_PACK, MARK)
+OPS = (OFFLOAD, RELOAD, SHARD, ARENA_STORE, MARK)
 
 
 @dataclasses.dataclass(frozen=True)
