@@ -8,8 +8,8 @@
   (`check_graph`: here on a few graphs; on 200, `check_graphs`).
 - compare_solvers on benchmark-like models (GPT-style, Llama-style, MLP) shows gap >= 0 on every feasible row
   (`check_compare`).
-The 200 graphs run in tests/test_optimal_{aot_eager,inductor}.py and the models in
-tests/test_compare_models_{aot_eager,inductor}.py: one file per check and inner model, so that the slow tier's
+The 200 graphs run in tests/test_optimal_graphs_{first,second}_half.py (both inner models on each graph, traced
+once) and the models in tests/test_compare_models_{aot_eager,inductor}.py: several files, so that the slow tier's
 workers share them.
 """
 
@@ -158,16 +158,17 @@ def test_optimal_on_random_graphs_quick():
             check_graph(seed, inner)
 
 
-def check_graphs(inner: str) -> None:
-    """check_graph on every graph of GRAPHS; prints the numbers the solver's notes quote."""
+def check_graphs(seeds: range) -> None:
+    """check_graph on the graphs of `seeds` under every inner model; prints the numbers the solver's notes quote."""
     times, gaps = [], []
-    for seed in GRAPHS:
-        spent, found = check_graph(seed, inner)
-        times.append(spent)
-        gaps += found
+    for seed in seeds:
+        for inner in INNERS:
+            spent, found = check_graph(seed, inner)
+            times.append(spent)
+            gaps += found
     print(
-        f"\n{len(GRAPHS)} graphs under {inner}: optimal's planning max {max(times):.2f} s, "
-        f"total {sum(times):.1f} s; {len(gaps)} bounded plans, gap max {max(gaps, default=0):.3f}, "
+        f"\ngraphs {seeds.start}..{seeds.stop - 1} x {len(INNERS)} inner models: optimal's planning max "
+        f"{max(times):.2f} s, total {sum(times):.1f} s; {len(gaps)} bounded plans, gap max {max(gaps, default=0):.3f}, "
         f"mean {sum(gaps) / max(len(gaps), 1):.3f}"
     )
 
