@@ -21,6 +21,6 @@ if [ "$#" -gt 0 ]; then
     exit $?
 fi
 workers=$(.venv/bin/python -c "import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))")
-parallel=(-n "$workers" --dist loadfile)
+parallel=(-n "$workers" --dist loadfile --durations=15)  # the log lists each tier's slowest tests
 run -m "not slow" "${parallel[@]}" || exit 1
 run -m slow "${parallel[@]}"

@@ -11,12 +11,14 @@ and how long an exact solver may search.
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from typing import Any, Callable, Iterable, TypeVar
 
 from .problem import Problem, Resolved
-from .simulate import Timeline, simulate
+from .simulate import Lifetimes, Timeline, lifetimes, simulate
 
 T = TypeVar("T")
+RECENT = 16  # lifetimes kept for the plans simulated last: a walk reads them again for the plan it moves to
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +42,8 @@ class Evaluator:
         self.time_limit = time_limit
         self.frugal = frugal
         self._memo: dict[Resolved, tuple[float, Timeline]] = {}
+        self._resolved: dict[frozenset[str], Resolved] = {}
+        self._recent: OrderedDict[Resolved, Lifetimes] = OrderedDict()
         self._families: dict[str, Any] = {}
         self._variants: dict[str, Evaluator] = {}
 
@@ -56,17 +60,30 @@ class Evaluator:
     def timeline(self, resolved: Resolved) -> Timeline:
         return self._entry(resolved)[1]
 
+    def lifetimes(self, resolved: Resolved) -> Lifetimes:
+        """The plan's live intervals (simulate.lifetimes), kept for the RECENT plans simulated last."""
+        life = self._recent.get(resolved)
+        if life is None:
+            life = lifetimes(self.problem, resolved)
+            self._recent[resolved] = life
+            if len(self._recent) > RECENT:
+                self._recent.popitem(last=False)
+        return life
+
     def _entry(self, resolved: Resolved) -> tuple[float, Timeline]:
         hit = self._memo.get(resolved)
         if hit is None:
             cost = sum(map(self.problem.solver_cost, resolved.recomputed))
-            hit = (cost, simulate(self.problem, resolved))
+            hit = (cost, simulate(self.problem, resolved, self.lifetimes(resolved)))
             self._memo[resolved] = hit
         return hit
 
     def score(self, chosen: Iterable[str], label: str = "") -> Scored:
         chosen = frozenset(chosen)
-        return self.score_resolved(self.problem.resolve(chosen), chosen, label)
+        resolved = self._resolved.get(chosen)
+        if resolved is None:
+            resolved = self._resolved[chosen] = self.problem.resolve(chosen)
+        return self.score_resolved(resolved, chosen, label)
 
     def score_resolved(self, resolved: Resolved, chosen: frozenset[str] = frozenset(), label: str = "") -> Scored:
         cost, timeline = self._entry(resolved)

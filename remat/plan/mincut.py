@@ -36,7 +36,7 @@ from ..capture import Role
 from . import greedy
 from .evaluate import Evaluator, Scored
 from .problem import Problem, Resolved
-from .simulate import BACKWARD, Timeline, lifetimes
+from .simulate import BACKWARD, Timeline
 
 SOURCE, SINK = "<source>", "<sink>"
 PRICE_STEPS = tuple(2.0**k for k in range(-10, 11, 2))
@@ -107,15 +107,16 @@ def held(problem: Problem) -> Held:
     return Held(position, {n: spans[n] for n in problem.needed if n in spans})
 
 
-def held_at_peak(problem: Problem, timeline: Timeline, resolved: Resolved) -> list[str]:
+def held_at_peak(evaluator: Evaluator, timeline: Timeline, resolved: Resolved) -> list[str]:
     """The recomputed values whose backward copy is live at the simulated peak (held from their recomputation to
     their last reader, a backward node or a later recomputation), in schedule order."""
     if timeline.peak_step < timeline.num_forward or not resolved.recomputed:
         return []
+    problem = evaluator.problem
     names, p = problem.arrays.names, timeline.peak_step
     live = {
         names[owner]
-        for owner, first, last in lifetimes(problem, resolved).spans
+        for owner, first, last in evaluator.lifetimes(resolved).spans
         if timeline.num_forward <= first <= p <= last
     }
     return [n for n in problem.candidates if n in live and n in resolved.recomputed]
@@ -257,7 +258,7 @@ def repair(
             key=lambda n: greedy.ratio(problem, n),
         )
         downs = sorted(
-            (n for n in held_at_peak(problem, timeline, current.resolved) if n in chosen),
+            (n for n in held_at_peak(evaluator, timeline, current.resolved) if n in chosen),
             key=lambda n: greedy.ratio(problem, n),
             reverse=True,
         )
