@@ -30,7 +30,6 @@ from torch import Tensor
 from . import identity
 
 NAMESPACE = "remat"
-_LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")  # ops whose schema is spelled out (Op.schema)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,9 +39,6 @@ class Op:
     name: str
     fake: Callable[..., Any]  # the result's metadata from the arguments' (under FakeTensorMode); same signature
     profile: str | None = None  # key the kernel records its time and bytes under; None: it records none itself
-    # The schema, where torch.library.custom_op cannot infer a legal one from the kernel's annotations (results that
-    # share one storage); such an op runs after autograd is traced away and needs no autograd rule.
-    schema: str | None = None
     tags: tuple[torch.Tag, ...] = ()  # torch.library tags (how a compiler must treat its arguments)
 
     @property
@@ -52,15 +48,9 @@ class Op:
 
     def register(self, kernel: Callable[..., Any]) -> Any:
         """Register `kernel` as this op (ops.py decorates each kernel with it); returns the callable op."""
-        qualname = f"{NAMESPACE}::{self.name}"
-        if self.schema is None:
-            op = torch.library.custom_op(qualname, kernel, mutates_args=(), tags=self.tags)
-            op.register_fake(self.fake)
-            return op
-        _LIBRARY.define(f"{self.name}{self.schema}")
-        _LIBRARY.impl(self.name, kernel, "CompositeExplicitAutograd")
-        torch.library.register_fake(qualname, self.fake, lib=_LIBRARY)
-        return kernel
+        op = torch.library.custom_op(f"{NAMESPACE}::{self.name}", kernel, mutates_args=(), tags=self.tags)
+        op.register_fake(self.fake)
+        return op
 
 
 def shard_numel(numel: int, world: int) -> int:
