@@ -126,7 +126,14 @@ class _Kernels:
         order: list[int] = []
         while ready:
             gap = peak - live
-            chosen = min(ready, key=lambda k: (alloc[k] if alloc[k] > gap else 0, alloc[k] - frees[k], k))
+            # min over (allocation beyond the gap, net allocation, position), compared field by field
+            chosen, over, net = -1, 0, 0
+            for k in ready:
+                ak = alloc[k]
+                o = ak if ak > gap else 0
+                n = ak - frees[k]
+                if chosen < 0 or o < over or (o == over and (n < net or (n == net and k < chosen))):
+                    chosen, over, net = k, o, n
             ready.remove(chosen)
             order.append(chosen)
             live += alloc[chosen]
