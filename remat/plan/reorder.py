@@ -23,38 +23,48 @@ from . import fusion
 
 def peak_order(a, order: Sequence[int], inside: bytearray, outputs: bytearray, memo: dict) -> list[int]:
     """The order inductor runs the module's nodes in: `order`, or the greedy least-peak order when inductor's
-    estimate finds that one lower. `inside`: values computed inside the kernels reading them (they keep their place
-    before the kernel that followed them in `order`); `outputs`: storages the module returns (never freed); `memo`:
+    estimate finds that one lower. `inside`: values computed inside the kernels reading them (each runs just ahead of
+    its first reader); `outputs`: storages the module returns (never freed); `memo`:
     fusion.expand's, for this module."""
     nodes = [i for i in order if not inside[i]]
     if len(nodes) < 3:
         return list(order)
-    kernels = _Kernels(a, nodes, inside, outputs, memo)
+    kernels = _Kernels(a, nodes, inside, outputs, memo, order)
     greedy = kernels.least_peak_first()
     if kernels.estimate(greedy) >= kernels.estimate(range(len(nodes))):
         return list(order)
-    # each value computed inside a kernel stays just ahead of the node that followed it in `order`
-    ahead: dict[int, list[int]] = {}
-    pending: list[int] = []
-    for i in order:
-        if inside[i]:
-            pending.append(i)
-        elif pending:
-            ahead[i], pending = pending, []
+    # each value computed inside a kernel runs just ahead of its first reader in the new order, after what it reads
     out: list[int] = []
+    placed = bytearray(len(a.names))
+    distinct = a.distinct
+    member = kernels.member
     for k in greedy:
-        out.extend(ahead.get(nodes[k], ()))
-        out.append(nodes[k])
-    return out + pending
+        i = nodes[k]
+        stack = [(i, iter(distinct[i]))]
+        while stack:
+            node, pending = stack[-1]
+            for j in pending:
+                if member[j] and inside[j] and not placed[j]:
+                    stack.append((j, iter(distinct[j])))
+                    break
+            else:
+                stack.pop()
+                placed[node] = 1
+                out.append(node)
+    return out + [i for i in order if not placed[i]]
 
 
 class _Kernels:
     """One module's kernels (indices into `nodes`) with the buffers each reads and writes, as inductor's memory
     planning sees them (memory.py: MemoryPlanningInfoForNode / ForBuffer)."""
 
-    def __init__(self, a, nodes: list[int], inside: bytearray, outputs: bytearray, memo: dict) -> None:
+    def __init__(self, a, nodes: list[int], inside: bytearray, outputs: bytearray, memo: dict, order) -> None:
         storage, nbytes, allocates = a.storage, a.nbytes, a.allocates
         position = {i: k for k, i in enumerate(nodes)}
+        self.member = member = bytearray(len(a.names))
+        for i in order:
+            member[i] = 1
+        after = self._after(a, position, inside, member)
         self.size: dict[int, int] = {}  # buffer (storage owner) -> bytes
         self.reads: list[tuple[int, ...]] = []  # per kernel: the counted buffers it reads
         self.writes: list[tuple[int, ...]] = []  # per kernel: the buffers it allocates
@@ -64,10 +74,10 @@ class _Kernels:
         for k, i in enumerate(nodes):
             buffers: dict[int, None] = {}
             preds: set[int] = set()
+            for j in a.distinct[i]:
+                preds.update(after(j))
+            preds.discard(k)
             for j in fusion.expand(a, i, inside, memo):
-                p = position.get(j)
-                if p is not None and p != k:
-                    preds.add(p)
                 o = storage[j]
                 # a buffer of the module, or an input it may free (a saved activation; never a parameter)
                 if (o in position or a.instances[o] >= 0) and nbytes[o]:
@@ -85,6 +95,26 @@ class _Kernels:
             for p in sorted(preds):
                 self.succs[p].append(k)
         self.produced = {o for w in self.writes for o in w}
+
+    @staticmethod
+    def _after(a, position: dict[int, int], inside: bytearray, member: bytearray):
+        """`after(j)`: the kernels a reader of node `j` must run after: `j`'s own, or, for a value computed inside
+        its readers, those of what it reads (its inputs, views included, within the module)."""
+        memo: dict[int, frozenset[int]] = {}
+        distinct = a.distinct
+
+        def after(j: int) -> frozenset[int]:
+            p = position.get(j)
+            if p is not None:
+                return frozenset((p,))
+            if not member[j] or not inside[j]:
+                return frozenset()
+            found = memo.get(j)
+            if found is None:
+                found = memo[j] = frozenset().union(*(after(m) for m in distinct[j]))
+            return found
+
+        return after
 
     def estimate(self, seq: Sequence[int]) -> int:
         """inductor's peak estimate of running the kernels in `seq`: the inputs it may free live from the start to
