@@ -111,13 +111,15 @@ def plot_timeline(plan: Plan, ax: Axes | None = None, *, baseline: Timeline | No
 
 def _aligned(plan: Timeline, base: Timeline):
     """x of each baseline step in the plan's schedule: the plan's step index of the same node where both run it
-    outside recomputation, interpolated linearly in between (both schedules keep graph order, so this is monotone)."""
+    outside recomputation, interpolated linearly in between. Under inductor the two schedules may order a few
+    nodes differently (its peak-memory reordering); a node the plan runs before one the baseline ran earlier is not
+    an anchor, so the x positions keep increasing."""
     import numpy as np
 
     where = {name: x for x, (name, kind) in enumerate(zip(plan.steps, plan.kinds)) if kind != RECOMPUTE}
     known_p, known_x = [-1], [-1]
     for p, (name, kind) in enumerate(zip(base.steps, base.kinds)):
-        if kind != RECOMPUTE and name in where:
+        if kind != RECOMPUTE and name in where and where[name] > known_x[-1]:
             known_p.append(p)
             known_x.append(where[name])
     known_p.append(len(base.live))

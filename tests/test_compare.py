@@ -37,7 +37,9 @@ def test_rows_per_solver_on_the_exact_graph(count_captures):
     assert [r.solver for r in result] == ["mincut", "greedy", "optimal"] and len(result) == 3
     optimal = result.row("optimal")
     assert optimal.feasible and optimal.peak_bytes <= budget
-    assert optimal.recompute_flops == 5 * COS + MM  # tests/test_plan_exact.py's 5 MiB row
+    # inductor (the default inner compiler) writes backward's gradients in place over what its loops read last:
+    # four recomputed cos and one mm meet 5 MiB (tests/test_optimal.py's exact-graph plans)
+    assert optimal.recompute_flops == 4 * COS + MM
     assert optimal.gap == 0.0
     for r in result:
         assert r.seconds > 0 and len(r.plans) == 1

@@ -102,8 +102,10 @@ def test_rows_follow_the_inner_model():
 @pytest.mark.parametrize("inner", INNERS)
 def test_gap_on_the_exact_graph(inner):
     """CosMM's optimal plans (tests/test_plan_exact.py): under aot_eager the MILP proves them optimal, so the gap is
-    0 up to rounding; under inductor no bound is claimed."""
-    for budget, cost in ((5 * MIB + 16, 5 * COS + MM), (6 * MIB + 16, 5 * COS)):
+    0 up to rounding; under inductor no bound is claimed. Under inductor backward's loops write their gradients in
+    place over the values they read last, so one cos fewer is recomputed at each budget."""
+    fewer = 1 if inner == "inductor" else 0
+    for budget, cost in ((5 * MIB + 16, (5 - fewer) * COS + MM), (6 * MIB + 16, (5 - fewer) * COS)):
         plan = remat.explain(CosMM(), cosmm_input(), memory_budget=budget, solver="optimal", inner=inner)
         assert plan.feasible and plan.recompute_flops == cost
         if inner == "inductor":

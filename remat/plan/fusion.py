@@ -1,6 +1,6 @@
 """The simulation's model of inductor, the default inner compiler: which buffers it writes out, and for how long.
 
-inductor does not run the forward and backward modules node by node. The simulation follows five of its habits when
+inductor does not run the forward and backward modules node by node. The simulation follows seven of its habits when
 `inner="inductor"`:
 
 - ``add(mm(a, b), c)`` becomes one ``addmm(c, a, b)`` that runs where the add runs, so ``a`` and ``b`` stay live
@@ -18,7 +18,9 @@ inductor does not run the forward and backward modules node by node. The simulat
   It is written out after all when several kernels read it and it reads more than four buffers or (on CPU) computes
   exp, log, sigmoid or tanh, and whenever it reads more than twelve buffers on CPU (eight elsewhere);
 - a forward value the joint graph traces in its backward part (a gradient formula's factor the partition saves) is
-  computed with the loops that produce its inputs, not after the whole forward (schedule.forward_ids).
+  computed with the loops that produce its inputs, not after the whole forward (schedule.forward_ids);
+- a module's kernels run in inductor's least-peak-first order when its estimate finds that lower (reorder.py), and
+  a loop writes its output over a buffer of its size it reads for the last time (simulate._in_place).
 
 Pure functions of the graph facts and the plan; forward and backward (with its recomputation) are separate modules,
 as each is its own inductor graph.

@@ -14,7 +14,7 @@ import itertools
 import types
 from typing import Mapping
 
-from . import fusion
+from . import fusion, reorder
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
 from .schedule import backward_ids, forward_ids
@@ -94,12 +94,17 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     in_fw = bytearray(n)
     for i in fw:
         in_fw[i] = 1
-    if problem.fuses:
-        fw_in, bw_in = _fused(problem, resolved, in_fw, bw, excluded, recomputed)
-    else:
-        fw_in, bw_in = bytearray(n), bytearray(n)
     memo_fw: dict[int, tuple[int, ...]] = {}
     memo_bw: dict[int, tuple[int, ...]] = {}
+    if problem.fuses:
+        fw_in, bw_in, fw_kept = _fused(problem, resolved, in_fw, bw, excluded, recomputed)
+        fw = reorder.peak_order(a, fw, fw_in, fw_kept, memo_fw)
+        bw_out = bytearray(n)
+        for i in excluded:
+            bw_out[i] = 1
+        bw = reorder.peak_order(a, bw, bw_in, bw_out, memo_bw)
+    else:
+        fw_in, bw_in = bytearray(n), bytearray(n)
     for pos, i in enumerate(fw):
         if fw_in[i]:
             continue  # runs as part of a later kernel: it reads its inputs there
@@ -143,9 +148,11 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
         k = plain[a.index[out]]
         if k >= 0:
             last[k] = end
-    spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
     saved = sorted({storage[a.index[s]] for s in resolved.saved})  # a saved view keeps its base's storage
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
+    if problem.fuses:
+        _in_place(problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last)
+    spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
     spans += _unused_outputs(problem, fw, bw, recomputed)
     arena: list[tuple[int, int]] = []
     if problem.transfer.contiguous:
@@ -156,6 +163,37 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     if resolved.offloaded or resolved.sharded:
         spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans)
     return Lifetimes(fw, bw, spans, saved_spans, extra, arena)
+
+
+def _in_place(problem: Problem, resolved: Resolved, forward, backward, recomputed, alloc, last) -> None:
+    """inductor's in-place buffers (torch._inductor.config.inplace_buffers): a loop that reads a buffer for the last
+    time, element for element as it writes its output (not through a view), and of the same dtype and size, writes
+    its output into that buffer, which ends the step before (`last`). A saved value counts: backward frees the
+    values it is handed. Not a recomputed loop's buffer: inductor computes a recomputed loop inside the kernels of
+    its segment that read it more often than fusion.inlined finds, and a buffer that is never written out is not
+    there to take. Values that leave the device keep their own lifetimes (_split_transfers).
+    `forward`, `backward`: each module's (schedule, values computed inside other kernels, fusion.expand's memo)."""
+    a = problem.arrays
+    n = len(a.names)
+    storage, kinds, keys, plain = a.storage, a.kinds, a.reuse_keys, problem.instances
+    leaving = {a.index[s] for s in resolved.moves}
+    taken: set[int] = set()
+    step = -1
+    for in_bw, (order, inside, memo) in enumerate((forward, backward)):
+        for i in order:
+            step += 1
+            if inside[i] or kinds[i] == fusion.OPAQUE or not a.allocates[i]:
+                continue
+            for j in fusion.expand(a, i, inside, memo):
+                if storage[j] != j or keys[j] != keys[i] or j in leaving:
+                    continue
+                if in_bw and recomputed[j] and kinds[j] != fusion.OPAQUE:
+                    continue
+                k = j + n if in_bw and recomputed[j] else plain[j]
+                if k >= 0 and k not in taken and last[k] == step and 0 <= alloc[k] < step:
+                    taken.add(k)
+                    last[k] = step - 1
+                    break
 
 
 def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo, alloc, first_bw) -> None:
@@ -233,6 +271,7 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
     return (
         fusion.inlined(a, fw, in_fw, fw_kept, in_fw, fw_folded),
         fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded),
+        fw_kept,
     )
 
 

@@ -1,0 +1,181 @@
+"""inductor's peak-memory reordering (torch._inductor.config.reorder_for_peak_memory), as the simulation models it.
+
+After fusing, inductor may run a module's kernels in another topological order than the one it was handed: it
+estimates the peak of the given order and of a greedy "least peak memory first" order (memory.topological_sort_lpmf)
+and runs the lower. The greedy order runs first, among the kernels whose inputs exist, one that frees more than it
+allocates — a weight gradient's matmul that reads a saved activation for the last time runs before the input
+gradient's matmul, which reads none. inductor's estimate counts every buffer the module allocates (the gradients it
+returns included) and the inputs it may free, a buffer from the kernel that writes it to the last kernel that reads
+it; so does this model's, over the simulation's kernels (the values not computed inside another kernel, fusion.py).
+inductor also tries a breadth-first and a depth-first order; the simulation does not, so its peak can only be above
+what inductor reaches through them.
+
+Pure functions of the graph arrays and one module's schedule.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from . import fusion
+
+
+def peak_order(a, order: Sequence[int], inside: bytearray, outputs: bytearray, memo: dict) -> list[int]:
+    """The order inductor runs the module's nodes in: `order`, or the greedy least-peak order when inductor's
+    estimate finds that one lower. `inside`: values computed inside the kernels reading them (each runs just ahead of
+    its first reader); `outputs`: storages the module returns (never freed); `memo`:
+    fusion.expand's, for this module."""
+    nodes = [i for i in order if not inside[i]]
+    if len(nodes) < 3:
+        return list(order)
+    kernels = _Kernels(a, nodes, inside, outputs, memo, order)
+    greedy = kernels.least_peak_first()
+    if kernels.estimate(greedy) >= kernels.estimate(range(len(nodes))):
+        return list(order)
+    # each value computed inside a kernel runs just ahead of its first reader in the new order, after what it reads
+    out: list[int] = []
+    placed = bytearray(len(a.names))
+    distinct = a.distinct
+    member = kernels.member
+    for k in greedy:
+        i = nodes[k]
+        stack = [(i, iter(distinct[i]))]
+        while stack:
+            node, pending = stack[-1]
+            for j in pending:
+                if member[j] and inside[j] and not placed[j]:
+                    stack.append((j, iter(distinct[j])))
+                    break
+            else:
+                stack.pop()
+                placed[node] = 1
+                out.append(node)
+    return out + [i for i in order if not placed[i]]
+
+
+class _Kernels:
+    """One module's kernels (indices into `nodes`) with the buffers each reads and writes, as inductor's memory
+    planning sees them (memory.py: MemoryPlanningInfoForNode / ForBuffer)."""
+
+    def __init__(self, a, nodes: list[int], inside: bytearray, outputs: bytearray, memo: dict, order) -> None:
+        storage, nbytes, allocates = a.storage, a.nbytes, a.allocates
+        position = {i: k for k, i in enumerate(nodes)}
+        self.member = member = bytearray(len(a.names))
+        for i in order:
+            member[i] = 1
+        after = self._after(a, position, inside, member)
+        self.size: dict[int, int] = {}  # buffer (storage owner) -> bytes
+        self.reads: list[tuple[int, ...]] = []  # per kernel: the counted buffers it reads
+        self.writes: list[tuple[int, ...]] = []  # per kernel: the buffers it allocates
+        self.preds: list[set[int]] = []
+        self.readers: dict[int, list[int]] = {}
+        self.outputs = outputs
+        for k, i in enumerate(nodes):
+            buffers: dict[int, None] = {}
+            preds: set[int] = set()
+            for j in a.distinct[i]:
+                preds.update(after(j))
+            preds.discard(k)
+            for j in fusion.expand(a, i, inside, memo):
+                o = storage[j]
+                # a buffer of the module, or an input it may free (a saved activation; never a parameter)
+                if (o in position or a.instances[o] >= 0) and nbytes[o]:
+                    buffers[o] = None
+                    self.size[o] = nbytes[o]
+            self.reads.append(tuple(buffers))
+            for o in buffers:
+                self.readers.setdefault(o, []).append(k)
+            self.preds.append(preds)
+            self.writes.append((i,) if allocates[i] else ())
+            if allocates[i]:
+                self.size[i] = nbytes[i]
+        self.succs: list[list[int]] = [[] for _ in nodes]
+        for k, preds in enumerate(self.preds):
+            for p in sorted(preds):
+                self.succs[p].append(k)
+        self.produced = {o for w in self.writes for o in w}
+
+    @staticmethod
+    def _after(a, position: dict[int, int], inside: bytearray, member: bytearray):
+        """`after(j)`: the kernels a reader of node `j` must run after: `j`'s own, or, for a value computed inside
+        its readers, those of what it reads (its inputs, views included, within the module)."""
+        memo: dict[int, frozenset[int]] = {}
+        distinct = a.distinct
+
+        def after(j: int) -> frozenset[int]:
+            p = position.get(j)
+            if p is not None:
+                return frozenset((p,))
+            if not member[j] or not inside[j]:
+                return frozenset()
+            found = memo.get(j)
+            if found is None:
+                found = memo[j] = frozenset().union(*(after(m) for m in distinct[j]))
+            return found
+
+        return after
+
+    def estimate(self, seq: Sequence[int]) -> int:
+        """inductor's peak estimate of running the kernels in `seq`: the inputs it may free live from the start to
+        their last reader, each buffer from its kernel to its last reader, the outputs to the end."""
+        last: dict[int, int] = {}
+        for step, k in enumerate(seq):
+            for o in self.reads[k]:
+                last[o] = step
+        delta = [0] * (len(seq) + 1)
+        start = 0
+        for o, step in last.items():
+            if o not in self.produced:
+                start += self.size[o]
+                delta[step + 1] -= self.size[o]
+        for step, k in enumerate(seq):
+            for o in self.writes[k]:
+                delta[step] += self.size[o]
+                if not self.outputs[o]:
+                    delta[last.get(o, step) + 1] -= self.size[o]
+        return max(itertools.accumulate(delta[:-1], initial=start))
+
+    def least_peak_first(self) -> list[int]:
+        """memory.topological_sort_lpmf: among the ready kernels, one whose allocation stays within the peak so far
+        and that leaves the least memory live after it; else the one that allocates least; ties in given order."""
+        size, reads, writes = self.size, self.reads, self.writes
+        indegree = [len(p) for p in self.preds]
+        outdegree = {o: len(r) + (1 if self.outputs[o] else 0) for o, r in self.readers.items()}
+        for w in writes:
+            for o in w:
+                outdegree.setdefault(o, 1 if self.outputs[o] else 0)
+        alloc = [sum(size[o] for o in w) for w in writes]
+        frees = [0] * len(reads)
+        for k in range(len(reads)):
+            frees[k] = sum(size[o] for o in reads[k] if outdegree[o] == 1)
+            frees[k] += sum(size[o] for o in writes[k] if outdegree[o] == 0)
+        live = sum(size[o] for o in self.readers if o not in self.produced)
+        peak = max(live, sum(size[o] for o in self.produced if self.outputs[o]))
+        ready = [k for k in range(len(reads)) if not indegree[k]]
+        order: list[int] = []
+        while ready:
+            gap = peak - live
+            # min over (allocation beyond the gap, net allocation, position), compared field by field
+            chosen, over, net = -1, 0, 0
+            for k in ready:
+                ak = alloc[k]
+                o = ak if ak > gap else 0
+                n = ak - frees[k]
+                if chosen < 0 or o < over or (o == over and (n < net or (n == net and k < chosen))):
+                    chosen, over, net = k, o, n
+            ready.remove(chosen)
+            order.append(chosen)
+            live += alloc[chosen]
+            peak = max(peak, live)
+            live -= frees[chosen]
+            for s in self.succs[chosen]:
+                indegree[s] -= 1
+                if not indegree[s]:
+                    ready.append(s)
+            for o in reads[chosen]:
+                outdegree[o] -= 1
+                if outdegree[o] == 1:
+                    for r in self.readers[o]:
+                        frees[r] += size[o]
+        return order
