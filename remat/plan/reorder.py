@@ -64,7 +64,7 @@ class _Kernels:
         self.member = member = bytearray(len(a.names))
         for i in order:
             member[i] = 1
-        after = self._after(a, position, inside, member)
+        after = self._after(a, order, position, inside)
         self.size: dict[int, int] = {}  # buffer (storage owner) -> bytes
         self.reads: list[tuple[int, ...]] = []  # per kernel: the counted buffers it reads
         self.writes: list[tuple[int, ...]] = []  # per kernel: the buffers it allocates
@@ -75,7 +75,9 @@ class _Kernels:
             buffers: dict[int, None] = {}
             preds: set[int] = set()
             for j in a.distinct[i]:
-                preds.update(after(j))
+                found = after.get(j)
+                if found is not None:
+                    preds.update(found)
             preds.discard(k)
             for j in fusion.expand(a, i, inside, memo):
                 o = storage[j]
@@ -97,23 +99,22 @@ class _Kernels:
         self.produced = {o for w in self.writes for o in w}
 
     @staticmethod
-    def _after(a, position: dict[int, int], inside: bytearray, member: bytearray):
-        """`after(j)`: the kernels a reader of node `j` must run after: `j`'s own, or, for a value computed inside
-        its readers, those of what it reads (its inputs, views included, within the module)."""
-        memo: dict[int, frozenset[int]] = {}
+    def _after(a, order: Sequence[int], position: dict[int, int], inside: bytearray) -> dict[int, tuple[int, ...]]:
+        """Per node of the module, the kernels a reader of it must run after: its own, or, for a value computed
+        inside its readers, those of what it reads (its inputs, views included, within the module). One pass in
+        `order`, which puts every node after its inputs."""
+        after: dict[int, tuple[int, ...]] = {}
         distinct = a.distinct
-
-        def after(j: int) -> frozenset[int]:
-            p = position.get(j)
+        for i in order:
+            p = position.get(i)
             if p is not None:
-                return frozenset((p,))
-            if not member[j] or not inside[j]:
-                return frozenset()
-            found = memo.get(j)
-            if found is None:
-                found = memo[j] = frozenset().union(*(after(m) for m in distinct[j]))
-            return found
-
+                after[i] = (p,)
+            elif inside[i]:
+                found: dict[int, None] = {}
+                for j in distinct[i]:
+                    for q in after.get(j, ()):
+                        found[q] = None
+                after[i] = tuple(found)
         return after
 
     def estimate(self, seq: Sequence[int]) -> int:
