@@ -136,3 +136,36 @@ def test_session_forgets_only_what_was_compiled_inside():
         assert len(valid_entries(f)) == 2
     assert [e.code for e in valid_entries(f)] == codes
     assert_untouched(f, compiled, backend, codes)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_planning_leaves_the_garbage_collector_as_it_was(enabled, monkeypatch):
+    """Planning pauses Python's collector (pipeline.gc_paused) and hands it back in the state it found it, also
+    when planning raises."""
+    import gc
+
+    from remat import pipeline
+    from remat.pipeline import gc_paused
+
+    during = []
+    make_plan = pipeline.make_plan
+
+    def watched(*args):
+        during.append(gc.isenabled())
+        return make_plan(*args)
+
+    monkeypatch.setattr(pipeline, "make_plan", watched)
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        compiled = torch.compile(f, backend="remat", options={"memory_budget": 0.5, "inner": "aot_eager"})
+        compiled(x().requires_grad_()).backward()
+        assert during == [False]
+        assert gc.isenabled() is enabled
+        with pytest.raises(RuntimeError, match="inside"):
+            with gc_paused():
+                assert not gc.isenabled()
+                raise RuntimeError("inside")
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()

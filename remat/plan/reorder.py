@@ -15,6 +15,7 @@ Pure functions of the graph arrays and one module's schedule.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Sequence
 
@@ -30,8 +31,9 @@ def peak_order(a, order: Sequence[int], inside: bytearray, outputs: bytearray, m
     if len(nodes) < 3:
         return list(order)
     kernels = _Kernels(a, nodes, inside, outputs, memo, order)
-    greedy = kernels.least_peak_first()
-    if kernels.estimate(greedy) >= kernels.estimate(range(len(nodes))):
+    given = kernels.estimate(range(len(nodes)))
+    greedy = kernels.least_peak_first(given)
+    if greedy is None or kernels.estimate(greedy) >= given:
         return list(order)
     # each value computed inside a kernel runs just ahead of its first reader in the new order, after what it reads
     out: list[int] = []
@@ -137,9 +139,14 @@ class _Kernels:
                     delta[last.get(o, step) + 1] -= self.size[o]
         return max(itertools.accumulate(delta[:-1], initial=start))
 
-    def least_peak_first(self) -> list[int]:
+    def least_peak_first(self, limit: int | None = None) -> list[int] | None:
         """memory.topological_sort_lpmf: among the ready kernels, one whose allocation stays within the peak so far
-        and that leaves the least memory live after it; else the one that allocates least; ties in given order."""
+        and that leaves the least memory live after it; else the one that allocates least; ties in given order.
+        None as soon as the memory live under it reaches `limit`: its estimate (the most ever live) cannot be lower.
+
+        The ready kernels are grouped by the bytes they allocate, each group a heap on (net allocation, position)
+        with stale entries dropped lazily (a kernel's net allocation only falls, as the buffers it reads lose their
+        other readers): a step looks at one entry per group, not at every ready kernel."""
         size, reads, writes = self.size, self.reads, self.writes
         indegree = [len(p) for p in self.preds]
         outdegree = {o: len(r) + (1 if self.outputs[o] else 0) for o, r in self.readers.items()}
@@ -147,36 +154,57 @@ class _Kernels:
             for o in w:
                 outdegree.setdefault(o, 1 if self.outputs[o] else 0)
         alloc = [sum(size[o] for o in w) for w in writes]
-        frees = [0] * len(reads)
+        net = [0] * len(reads)
         for k in range(len(reads)):
-            frees[k] = sum(size[o] for o in reads[k] if outdegree[o] == 1)
-            frees[k] += sum(size[o] for o in writes[k] if outdegree[o] == 0)
+            frees = sum(size[o] for o in reads[k] if outdegree[o] == 1)
+            frees += sum(size[o] for o in writes[k] if outdegree[o] == 0)
+            net[k] = alloc[k] - frees
         live = sum(size[o] for o in self.readers if o not in self.produced)
         peak = max(live, sum(size[o] for o in self.produced if self.outputs[o]))
-        ready = [k for k in range(len(reads)) if not indegree[k]]
+        groups: dict[int, list[tuple[int, int]]] = {}  # allocation -> heap of (net, kernel)
+        is_ready = bytearray(len(reads))
+        for k in range(len(reads)):
+            if not indegree[k]:
+                is_ready[k] = 1
+                groups.setdefault(alloc[k], []).append((net[k], k))
+        for heap in groups.values():
+            heapq.heapify(heap)
+        if limit is not None and live >= limit:
+            return None
         order: list[int] = []
-        while ready:
+        remaining = sum(is_ready)
+        while remaining:
             gap = peak - live
             # min over (allocation beyond the gap, net allocation, position), compared field by field
-            chosen, over, net = -1, 0, 0
-            for k in ready:
-                ak = alloc[k]
-                o = ak if ak > gap else 0
-                n = ak - frees[k]
-                if chosen < 0 or o < over or (o == over and (n < net or (n == net and k < chosen))):
-                    chosen, over, net = k, o, n
-            ready.remove(chosen)
+            best: tuple[int, int, int] | None = None
+            for ak, heap in groups.items():
+                while heap and (not is_ready[heap[0][1]] or heap[0][0] != net[heap[0][1]]):
+                    heapq.heappop(heap)
+                if heap:
+                    key = (ak if ak > gap else 0, *heap[0])
+                    if best is None or key < best:
+                        best = key
+            assert best is not None
+            chosen = best[2]
+            is_ready[chosen] = 0
+            remaining -= 1
             order.append(chosen)
             live += alloc[chosen]
+            if limit is not None and live >= limit:
+                return None
             peak = max(peak, live)
-            live -= frees[chosen]
+            live -= alloc[chosen] - net[chosen]
             for s in self.succs[chosen]:
                 indegree[s] -= 1
                 if not indegree[s]:
-                    ready.append(s)
+                    is_ready[s] = 1
+                    remaining += 1
+                    heapq.heappush(groups.setdefault(alloc[s], []), (net[s], s))
             for o in reads[chosen]:
                 outdegree[o] -= 1
                 if outdegree[o] == 1:
                     for r in self.readers[o]:
-                        frees[r] += size[o]
+                        net[r] -= size[o]
+                        if is_ready[r]:
+                            heapq.heappush(groups[alloc[r]], (net[r], r))
         return order
