@@ -3,11 +3,16 @@ as JSON into the test's folder."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import pathlib
 import uuid
 
 import torch.multiprocessing as mp
+
+# Every test process group waits this long for its peers, then fails with a traceback (a rank stuck in a collective
+# would otherwise hang the suite).
+TIMEOUT = datetime.timedelta(minutes=3)
 
 
 def spawn(worker, out, *args, world: int = 2) -> list:

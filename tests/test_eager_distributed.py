@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
+from ranks import TIMEOUT
 
 WORLD = 2
 pytestmark = pytest.mark.skipif(
@@ -177,7 +178,7 @@ SCENARIOS = {
 
 
 def _worker(rank, init_file, out_dir):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD, timeout=TIMEOUT)
     results = {}
     try:
         for name, scenario in SCENARIOS.items():

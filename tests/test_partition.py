@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 import remat
+from ranks import TIMEOUT
 from ranks import spawn as spawn_ranks
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
@@ -47,7 +48,7 @@ def profiled(kind):
 
 
 def worker(rank, world, init, out, mode):
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=TIMEOUT)
     try:
         options = {"inner": "aot_eager", "partition": "world"}
         shape = ODD if mode == "odd" else {}

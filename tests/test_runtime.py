@@ -9,6 +9,7 @@ import torch
 import remat
 from remat.runtime import buffers
 from remat.units import fmt_bytes
+from ranks import TIMEOUT
 
 DEVICE = torch.device("cpu")
 
@@ -338,7 +339,7 @@ def test_gathers_keep_their_tensors_until_the_next_one(tmp_path):
 
     from remat.runtime import collective
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1, timeout=TIMEOUT)
     try:
         x = torch.arange(6.0).view(2, 3)
         first = collective.all_gather(x, 1)

@@ -19,6 +19,7 @@ import remat
 from remat.explain import explain_all
 from remat.step import Slot, StepLedger
 from remat.units import MIB as MiB
+from ranks import TIMEOUT
 
 AOT = {"inner": "aot_eager"}
 
@@ -137,7 +138,7 @@ def run(module, backend, x):
 def one_rank_group(tmp_path):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("needs gloo")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1, timeout=TIMEOUT)
     try:
         yield
     finally:
@@ -175,7 +176,7 @@ def test_ddp_buckets_share_one_byte_budget(one_rank_group):
 
 def ddp_worker(rank, world, out):
     # a file store in the test's own folder: no port another process could take between choosing and binding it
-    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world, timeout=TIMEOUT)
     try:
         model = DDP(Blocks(), bucket_cap_mb=1, gradient_as_bucket_view=True)
         # partition= makes every graph compare its plan across the ranks (remat/plan/agree.py) as it compiles

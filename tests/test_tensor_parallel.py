@@ -24,6 +24,7 @@ import remat
 from remat import _torch
 from remat.capture import Graph, Role, Value
 from remat.plan.replication import rank_local
+from ranks import TIMEOUT
 from ranks import spawn as spawn_ranks
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
@@ -330,7 +331,7 @@ def worker(rank, world, init, out, names):
     from torch.distributed.device_mesh import init_device_mesh
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=TIMEOUT)
     try:
         mesh = init_device_mesh("cpu", (world,))
         results = {}
