@@ -67,16 +67,18 @@ class _Kernels:
         for i in order:
             member[i] = 1
         after = self._after(a, order, position, inside)
-        self.size: dict[int, int] = {}  # buffer (storage owner) -> bytes
+        self.size = nbytes  # bytes per buffer (storage owner)
         self.reads: list[tuple[int, ...]] = []  # per kernel: the counted buffers it reads
         self.writes: list[tuple[int, ...]] = []  # per kernel: the buffers it allocates
         self.preds: list[set[int]] = []
+        self.succs: list[list[int]] = []  # per kernel: the kernels that wait for it, in order
         self.readers: dict[int, list[int]] = {}
         self.outputs = outputs
+        instances, distinct, readers, succs = a.instances, a.distinct, self.readers, self.succs
         for k, i in enumerate(nodes):
             buffers: dict[int, None] = {}
             preds: set[int] = set()
-            for j in a.distinct[i]:
+            for j in distinct[i]:
                 found = after.get(j)
                 if found is not None:
                     preds.update(found)
@@ -84,20 +86,19 @@ class _Kernels:
             for j in fusion.expand(a, i, inside, memo):
                 o = storage[j]
                 # a buffer of the module, or an input it may free (a saved activation; never a parameter)
-                if (o in position or a.instances[o] >= 0) and nbytes[o]:
+                if nbytes[o] and (o in position or instances[o] >= 0):
                     buffers[o] = None
-                    self.size[o] = nbytes[o]
             self.reads.append(tuple(buffers))
             for o in buffers:
-                self.readers.setdefault(o, []).append(k)
+                if o in readers:
+                    readers[o].append(k)
+                else:
+                    readers[o] = [k]
             self.preds.append(preds)
+            succs.append([])
+            for p in preds:
+                succs[p].append(k)
             self.writes.append((i,) if allocates[i] else ())
-            if allocates[i]:
-                self.size[i] = nbytes[i]
-        self.succs: list[list[int]] = [[] for _ in nodes]
-        for k, preds in enumerate(self.preds):
-            for p in sorted(preds):
-                self.succs[p].append(k)
         self.produced = {o for w in self.writes for o in w}
 
     @staticmethod
@@ -147,17 +148,20 @@ class _Kernels:
         The ready kernels are grouped by the bytes they allocate, each group a heap on (net allocation, position)
         with stale entries dropped lazily (a kernel's net allocation only falls, as the buffers it reads lose their
         other readers): a step looks at one entry per group, not at every ready kernel."""
-        size, reads, writes = self.size, self.reads, self.writes
+        size, reads, writes, outputs = self.size, self.reads, self.writes, self.outputs
         indegree = [len(p) for p in self.preds]
-        outdegree = {o: len(r) + (1 if self.outputs[o] else 0) for o, r in self.readers.items()}
-        for w in writes:
-            for o in w:
-                outdegree.setdefault(o, 1 if self.outputs[o] else 0)
-        alloc = [sum(size[o] for o in w) for w in writes]
+        outdegree = {o: len(r) + outputs[o] for o, r in self.readers.items()}  # readers left, +1 for an output
+        alloc = [0] * len(reads)
         net = [0] * len(reads)
         for k in range(len(reads)):
-            frees = sum(size[o] for o in reads[k] if outdegree[o] == 1)
-            frees += sum(size[o] for o in writes[k] if outdegree[o] == 0)
+            frees = 0
+            for o in reads[k]:
+                if outdegree[o] == 1:
+                    frees += size[o]
+            for o in writes[k]:
+                alloc[k] += size[o]
+                if outdegree.setdefault(o, outputs[o]) == 0:
+                    frees += size[o]
             net[k] = alloc[k] - frees
         live = sum(size[o] for o in self.readers if o not in self.produced)
         peak = max(live, sum(size[o] for o in self.produced if self.outputs[o]))
