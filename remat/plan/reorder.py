@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Sequence
 
 from . import fusion
@@ -173,42 +174,52 @@ class _Kernels:
                 groups.setdefault(alloc[k], []).append((net[k], k))
         for heap in groups.values():
             heapq.heapify(heap)
-        if limit is not None and live >= limit:
+        bound = math.inf if limit is None else limit
+        if live >= bound:
             return None
+        succs, readers = self.succs, self.readers
+        pop, push = heapq.heappop, heapq.heappush
         order: list[int] = []
         remaining = sum(is_ready)
         while remaining:
             gap = peak - live
             # min over (allocation beyond the gap, net allocation, position), compared field by field
             best: tuple[int, int, int] | None = None
+            empty = []
             for ak, heap in groups.items():
                 while heap and (not is_ready[heap[0][1]] or heap[0][0] != net[heap[0][1]]):
-                    heapq.heappop(heap)
+                    pop(heap)
                 if heap:
                     key = (ak if ak > gap else 0, *heap[0])
                     if best is None or key < best:
                         best = key
+                else:
+                    empty.append(ak)
+            for ak in empty:
+                del groups[ak]
             assert best is not None
             chosen = best[2]
+            pop(groups[alloc[chosen]])
             is_ready[chosen] = 0
             remaining -= 1
             order.append(chosen)
             live += alloc[chosen]
-            if limit is not None and live >= limit:
+            if live >= bound:
                 return None
-            peak = max(peak, live)
+            if live > peak:
+                peak = live
             live -= alloc[chosen] - net[chosen]
-            for s in self.succs[chosen]:
+            for s in succs[chosen]:
                 indegree[s] -= 1
                 if not indegree[s]:
                     is_ready[s] = 1
                     remaining += 1
-                    heapq.heappush(groups.setdefault(alloc[s], []), (net[s], s))
+                    push(groups.setdefault(alloc[s], []), (net[s], s))
             for o in reads[chosen]:
                 outdegree[o] -= 1
                 if outdegree[o] == 1:
-                    for r in self.readers[o]:
+                    for r in readers[o]:
                         net[r] -= size[o]
                         if is_ready[r]:
-                            heapq.heappush(groups[alloc[r]], (net[r], r))
+                            push(groups.setdefault(alloc[r], []), (net[r], r))
         return order
