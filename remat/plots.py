@@ -113,17 +113,26 @@ def _aligned(plan: Timeline, base: Timeline):
     """x of each baseline step in the plan's schedule: the plan's step index of the same node where both run it
     outside recomputation, interpolated linearly in between. Under inductor the two schedules may order a few
     nodes differently (its peak-memory reordering); a node the plan runs before one the baseline ran earlier is not
-    an anchor, so the x positions keep increasing."""
+    an anchor, so the x positions keep increasing, from the plan's first step to its last."""
     import numpy as np
 
+    last_p, last_x = len(base.live) - 1, len(plan.live) - 1
+    if last_p < 0 or last_x < 0:
+        return np.zeros(len(base.live))
     where = {name: x for x, (name, kind) in enumerate(zip(plan.steps, plan.kinds)) if kind != RECOMPUTE}
-    known_p, known_x = [-1], [-1]
+    known_p: list[int] = []
+    known_x: list[int] = []
     for p, (name, kind) in enumerate(zip(base.steps, base.kinds)):
-        if kind != RECOMPUTE and name in where and where[name] > known_x[-1]:
+        if kind != RECOMPUTE and name in where and (not known_x or where[name] > known_x[-1]):
             known_p.append(p)
             known_x.append(where[name])
-    known_p.append(len(base.live))
-    known_x.append(len(plan.live))
+    # the first steps and the last steps line up where they are no anchors
+    if not known_p or known_p[0] > 0:
+        known_p.insert(0, 0)
+        known_x.insert(0, 0)
+    if known_p[-1] < last_p:
+        known_p.append(last_p)
+        known_x.append(last_x)
     return np.interp(np.arange(len(base.live)), known_p, known_x)
 
 

@@ -28,10 +28,16 @@ def peak_order(a, order: Sequence[int], inside: bytearray, outputs: bytearray, m
     estimate finds that one lower. `inside`: values computed inside the kernels reading them (each runs just ahead of
     its first reader); `outputs`: storages the module returns (never freed); `memo`:
     fusion.expand's, for this module."""
-    nodes = [i for i in order if not inside[i]]
+    # views are no kernels of inductor's: like the values computed inside kernels, each runs ahead of its first reader
+    through = bytearray(inside)
+    is_view = a.is_view
+    for i in order:
+        if is_view[i]:
+            through[i] = 1
+    nodes = [i for i in order if not through[i]]
     if len(nodes) < 3:
         return list(order)
-    kernels = _Kernels(a, nodes, inside, outputs, memo, order)
+    kernels = _Kernels(a, nodes, inside, outputs, memo, order, through)
     given = kernels.estimate(range(len(nodes)))
     greedy = kernels.least_peak_first(given)
     if greedy is None or kernels.estimate(greedy) >= given:
@@ -47,7 +53,7 @@ def peak_order(a, order: Sequence[int], inside: bytearray, outputs: bytearray, m
         while stack:
             node, pending = stack[-1]
             for j in pending:
-                if member[j] and inside[j] and not placed[j]:
+                if member[j] and through[j] and not placed[j]:
                     stack.append((j, iter(distinct[j])))
                     break
             else:
@@ -61,13 +67,15 @@ class _Kernels:
     """One module's kernels (indices into `nodes`) with the buffers each reads and writes, as inductor's memory
     planning sees them (memory.py: MemoryPlanningInfoForNode / ForBuffer)."""
 
-    def __init__(self, a, nodes: list[int], inside: bytearray, outputs: bytearray, memo: dict, order) -> None:
+    def __init__(
+        self, a, nodes: list[int], inside: bytearray, outputs: bytearray, memo: dict, order, through: bytearray
+    ) -> None:
         storage, nbytes, allocates = a.storage, a.nbytes, a.allocates
         position = {i: k for k, i in enumerate(nodes)}
         self.member = member = bytearray(len(a.names))
         for i in order:
             member[i] = 1
-        after = self._after(a, order, position, inside)
+        after = self._after(a, order, position, through)
         self.size = nbytes  # bytes per buffer (storage owner)
         self.reads: list[tuple[int, ...]] = []  # per kernel: the counted buffers it reads
         self.writes: list[tuple[int, ...]] = []  # per kernel: the buffers it allocates
@@ -103,17 +111,17 @@ class _Kernels:
         self.produced = {o for w in self.writes for o in w}
 
     @staticmethod
-    def _after(a, order: Sequence[int], position: dict[int, int], inside: bytearray) -> dict[int, tuple[int, ...]]:
-        """Per node of the module, the kernels a reader of it must run after: its own, or, for a value computed
-        inside its readers, those of what it reads (its inputs, views included, within the module). One pass in
-        `order`, which puts every node after its inputs."""
+    def _after(a, order: Sequence[int], position: dict[int, int], through: bytearray) -> dict[int, tuple[int, ...]]:
+        """Per node of the module, the kernels a reader of it must run after: its own, or, for a view or a value
+        computed inside its readers (`through`), those of what it reads (within the module). One pass in `order`,
+        which puts every node after its inputs."""
         after: dict[int, tuple[int, ...]] = {}
         distinct = a.distinct
         for i in order:
             p = position.get(i)
             if p is not None:
                 after[i] = (p,)
-            elif inside[i]:
+            elif through[i]:
                 found: dict[int, None] = {}
                 for j in distinct[i]:
                     for q in after.get(j, ()):
