@@ -217,11 +217,11 @@ def row_context(spec: RowSpec, inner: str, fallback_random: bool, fresh_cache: b
         yield
 
 
-def warm_up_compiler(inner: str) -> None:
+def warm_up_compiler(inner: str, device: str = "cpu") -> None:
     """Compile and run a small forward+backward once, before any row: the first compile of a process also pays
     one-time start-up (imports, compile workers) that would otherwise land in the first compiled row's time."""
     with row_context(RowSpec("warm-up", "compiled", "inductor"), inner, fallback_random=False):
-        x = torch.randn(8, 8, requires_grad=True)
+        x = torch.randn(8, 8, device=device, requires_grad=True)
         torch.compile(lambda t: (t.sin() @ t).sum(), backend=inner)(x).backward()
     torch._dynamo.reset()
 
@@ -329,6 +329,8 @@ def measure_row(
 
         def step() -> None:
             forward(*workload.inputs).backward()
+            if workload.inputs[0].is_cuda:
+                torch.cuda.synchronize()  # step times cover the kernels, not only their launches
 
         before = remat.recent_plans()
         for i in range(max(warmup, 1)):  # the first call compiles
@@ -342,7 +344,9 @@ def measure_row(
         row["saved_bytes"] = saved_bytes(forward, workload, model)
 
         _clear_grads(model)
-        row["measured_peak_bytes"] = remat.peak_memory(step, exclude=lambda: [p.grad for p in model.parameters()])
+        row["measured_peak_bytes"] = remat.peak_memory(
+            step, device=workload.inputs[0].device, exclude=lambda: [p.grad for p in model.parameters()]
+        )
 
         times = []
         for _ in range(steps):

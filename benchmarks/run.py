@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 import report  # noqa: E402
 import rows  # noqa: E402
-from workloads import WORKLOADS  # noqa: E402
+from workloads import WORKLOADS, on_device  # noqa: E402
 
 ALL_ROWS = "eager,inductor,torch,remat"
 
@@ -91,6 +91,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "inductor (the plain compile row, whatever --inner), torch, remat "
         "(default: %(default)s)",
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the models train: cpu or cuda (peaks from the allocator's events on that device; default: cpu)",
+    )
+    parser.add_argument(
+        "--no-solvers",
+        dest="solvers",
+        action="store_false",
+        help="skip the planning-only comparison of remat's solvers after the rows",
+    )
     parser.add_argument("--steps", type=int, default=None, help="timed steps per row (default: 10; 3 with --quick)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first, compile included (default: 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, inputs and the gradient check")
@@ -135,6 +146,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.out = report.default_json(args.inner)
     if args.steps is None:
         args.steps = 3 if args.quick else 10
+    if args.device not in ("cpu", "cuda"):
+        parser.error(f"--device {args.device}: choose cpu or cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: this torch sees no CUDA device")
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be at least 1")
     if args.steps < 1 or args.warmup < 1:
@@ -149,10 +164,10 @@ def _split(text: str) -> list[str]:
 def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Rows of every selected model (a failing row is recorded with its error), and each workload's description."""
     results, shapes = [], {}
-    rows.warm_up_compiler(args.inner)
+    rows.warm_up_compiler(args.inner, args.device)
     for name in args.models:
         factory, batches = WORKLOADS[name]
-        workload = factory(batches[1 if args.quick else 0], seed=args.seed)
+        workload = on_device(factory(batches[1 if args.quick else 0], seed=args.seed), args.device)
         shapes[name] = workload.shape
         print(f"== {workload.shape}", flush=True)
         ref = rows.reference(workload, args.seed)
@@ -207,7 +222,7 @@ def solver_gaps(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for name in args.models:
         factory, batches = WORKLOADS[name]
-        workload = factory(batches[1 if args.quick else 0], seed=args.seed)
+        workload = on_device(factory(batches[1 if args.quick else 0], seed=args.seed), args.device)
         records = []
         for fraction in SOLVER_FRACTIONS:
             try:
@@ -253,6 +268,7 @@ def metadata(args: argparse.Namespace, shapes: dict[str, str], argv: list[str]) 
         "git_commit": _git_commit(),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "inner": args.inner,
+        "device": args.device,
         "quick": args.quick,
         "steps": args.steps,
         "warmup": args.warmup,
@@ -289,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     results, shapes = run(args)
     meta = metadata(args, shapes, argv)
-    meta["solvers"] = solver_gaps(args)
+    meta["solvers"] = solver_gaps(args) if args.solvers else {}
     report_path = args.report or report.default_report_path(args.out)
     md_path = report.write(args.out, results, meta, report_path)
     print()

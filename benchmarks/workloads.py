@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -124,6 +125,14 @@ def gpt2_loss(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> tor
     """Mean next-token cross-entropy of the HF model's logits against ``targets`` (idx shifted by one)."""
     logits = model(input_ids=idx).logits
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def on_device(workload: Workload, device: str) -> Workload:
+    """The workload with its model and inputs moved to ``device``."""
+    if device == "cpu":
+        return workload
+    inputs = tuple(t.to(device) for t in workload.inputs)
+    return dataclasses.replace(workload, model=workload.model.to(device), inputs=inputs)
 
 
 # name -> (factory, (normal batch, quick batch))

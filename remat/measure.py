@@ -43,20 +43,20 @@ def peak_memory(
             out, e.g. ``lambda: [p.grad for p in model.parameters()]`` to measure a training step without its
             parameter gradients; a DTensor (tensor parallelism, FSDP2) stands for its local tensor on this rank.
             On CPU, for each such tensor the last allocation the call made at its data pointer is ignored, both
-            when it is allocated and when it is freed. On CUDA the allocator only reports totals, so ``exclude`` is
-            accepted but not called and nothing is subtracted: CUDA counts everything.
+            when it is allocated and when it is freed; the same on CUDA.
 
-    On CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus the memory allocated at
-    the start (caching-allocator blocks, so sizes are rounded up to 512 bytes). On CPU: the allocation and free
-    events of ``torch.profiler`` (``profile_memory=True``), replayed in time order; a free counts only if its
-    address was allocated within the call. The profiler records the calling thread (CPU backward runs there too);
-    memory another Python thread allocates meanwhile is not counted.
+    On CPU, and on CUDA with ``exclude``: the allocation and free events of ``torch.profiler``
+    (``profile_memory=True``) on that device, replayed in time order; a free counts only if its address was
+    allocated within the call. The profiler records the calling thread (CPU backward runs there too); memory another
+    Python thread allocates meanwhile is not counted. On CUDA without ``exclude``: ``torch.cuda.max_memory_allocated``
+    after ``reset_peak_memory_stats``, minus the memory allocated at the start. On CUDA both count caching-allocator
+    blocks (sizes rounded up to 512 bytes), and a free counts when the tensor returns its block to the allocator.
     """
     device = torch.device(device) if device is not None else _infer_device(fn, args, kwargs)
-    if device.type == "cuda":
-        return _cuda_peak(fn, args, kwargs, device)  # exclude: CPU only, see above
-    if device.type == "cpu":
-        return _cpu_peak(fn, args, kwargs, exclude)
+    if device.type == "cuda" and exclude is None:
+        return _cuda_peak(fn, args, kwargs, device)
+    if device.type in ("cpu", "cuda"):
+        return _event_peak(fn, args, kwargs, exclude, device)
     raise ValueError(f"device={str(device)!r}: peak_memory measures 'cpu' or 'cuda' devices")
 
 
@@ -92,17 +92,24 @@ def _cuda_peak(fn, args, kwargs, device: torch.device) -> int:
     return max(int(peak), 0) + arenas.bytes_on(device)
 
 
-def _cpu_peak(fn, args, kwargs, exclude) -> int:
+def _event_peak(fn, args, kwargs, exclude, device: torch.device) -> int:
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+        torch.cuda.synchronize(device)
     with POOL.watch() as arenas:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with profile(activities=activities, profile_memory=True) as prof:
             fn(*args, **kwargs)
-    events = _cpu_memory_events(prof)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+    events = _memory_events(prof, device)
     excluded = _excluded_allocations(events, exclude() if exclude is not None else ())
-    return _replay(events, excluded) + arenas.bytes_on(torch.device("cpu"))
+    return _replay(events, excluded) + arenas.bytes_on(device)
 
 
-def _cpu_memory_events(prof: profile) -> list[tuple[int, int, int]]:
-    """``(time_ns, address, signed bytes)`` of every CPU allocation (+) and free (-) the profiler saw, in time order.
+def _memory_events(prof: profile, device: torch.device) -> list[tuple[int, int, int]]:
+    """``(time_ns, address, signed bytes)`` of every allocation (+) and free (-) on ``device`` the profiler saw, in
+    time order.
 
     The flat kineto events (name ``"[memory]"``) carry bytes but no address; the event tree's allocation records
     carry both, so they are used.
@@ -118,9 +125,18 @@ def _cpu_memory_events(prof: profile) -> list[tuple[int, int, int]]:
         stack.extend(reversed(event.children))
         if _torch.is_allocation(event):
             fields = event.extra_fields
-            if fields.device.type == "cpu" and fields.alloc_size != 0:
+            if _same_device(fields.device, device) and fields.alloc_size != 0:
                 found.append((event.start_time_ns, len(found), fields.ptr, fields.alloc_size))
     return [(time_ns, address, nbytes) for time_ns, _, address, nbytes in sorted(found)]
+
+
+def _same_device(seen: torch.device, device: torch.device) -> bool:
+    if seen.type != device.type:
+        return False
+    if device.type != "cuda":
+        return True
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return seen.index == index
 
 
 def _excluded_allocations(events: list[tuple[int, int, int]], tensors: Iterable[torch.Tensor | None]) -> set[int]:

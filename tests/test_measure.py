@@ -151,6 +151,39 @@ def test_cuda_peak():
     assert peak_memory(fn, device="cuda") == 2 * MiB
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_exclude_replays_the_allocators_events():
+    kept = []
+
+    def fn():
+        kept.append(torch.empty(N, device="cuda"))
+        scratch = torch.ones(N, device="cuda")  # 2 MiB live here, 1 MiB of it excluded
+        return scratch.sum()
+
+    assert near(peak_memory(fn, device="cuda", exclude=lambda: kept), MiB)
+    kept.clear()
+    # nothing excluded: the replayed events agree with the allocator's own peak statistic (1 MiB kept, 1 MiB scratch
+    # and the sum's 512-byte block)
+    assert peak_memory(fn, device="cuda", exclude=list) == peak_memory(fn, device="cuda") == 2 * MiB + 512
+    # a CPU allocation inside the call is not a CUDA one
+    assert peak_memory(lambda: (torch.empty(N), torch.empty(N, device="cuda")), device="cuda", exclude=list) == MiB
+    assert near(peak_memory(lambda: (torch.empty(N), torch.empty(N, device="cuda")), device="cpu"), MiB)
+
+    model = torch.nn.Linear(512, 512).cuda()
+    x = torch.randn(512, 512, device="cuda")
+
+    def step():
+        model(x).sum().backward()
+
+    model.zero_grad(set_to_none=True)
+    full = peak_memory(step, device="cuda")
+    model.zero_grad(set_to_none=True)
+    without_grads = peak_memory(step, device="cuda", exclude=lambda: [p.grad for p in model.parameters()])
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert MiB <= without_grads < full
+    assert grad_bytes - 4 * 1024 <= full - without_grads <= grad_bytes + 1024
+
+
 @pytest.mark.inductor
 def test_inductor_compiled_allocations():
     x = torch.randn(512, 512)
