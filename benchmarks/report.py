@@ -129,7 +129,8 @@ def _setup(meta: dict[str, Any]) -> str:
     return (
         f"torch {meta['torch']}, Python {meta.get('python', '?')}, {machine['cpu']} ({machine['cpu_count']} cores"
         f"{', ' + machine['cuda'] if machine.get('cuda') else ''}), {machine['torch_threads']} torch threads, "
-        f"models on {meta.get('device', 'cpu')}, inner compiler `{meta['inner']}`, {meta['steps']} timed steps after {meta['warmup']} warm-up"
+        f"models on {meta.get('device', 'cpu')}, inner compiler `{meta['inner']}`, "
+        f"{meta['steps']} timed steps after {meta['warmup']} warm-up"
         f"{', quick' if meta['quick'] else ''}{', inductor fallback_random' if meta['fallback_random'] else ''}, "
         f"loss {'compiled with the model' if meta['loss_compiled'] else 'computed eagerly outside the graph'}."
     )
