@@ -440,9 +440,10 @@ def test_model_parallel_seed_differs_per_rank():
     for rank in (0, 1, 0):
         checkpointing.configure(FakeMPU(rank, 2))
         checkpointing.model_parallel_cuda_manual_seed(1234)
+        device = checkpointing.get_cuda_rng_tracker().device  # the CUDA device where there is one, as in DeepSpeed
         with checkpointing.get_cuda_rng_tracker().fork():
-            parallel = torch.rand(8)
-        default = torch.rand(8)
+            parallel = torch.rand(8, device=device)
+        default = torch.rand(8, device=device)
         if rank in draws:
             assert torch.equal(draws[rank][0], parallel)
         draws[rank] = (parallel, default)
@@ -541,13 +542,14 @@ def test_set_num_layers_and_partition_flag_keep_other_settings_and_do_not_config
 def test_reconfigure_tp_seed_reseeds_only_the_model_parallel_stream():
     checkpointing.configure(FakeMPU(1, 2))
     checkpointing.model_parallel_cuda_manual_seed(1234)
+    device = checkpointing.get_cuda_rng_tracker().device
     torch.manual_seed(7)
-    default_before = torch.get_rng_state()
+    default_before = rng.get_state(device)
     checkpointing.model_parallel_reconfigure_tp_seed(99)
-    assert torch.equal(torch.get_rng_state(), default_before), "the default stream is untouched"
+    assert torch.equal(rng.get_state(device), default_before), "the default stream is untouched"
     with checkpointing.get_cuda_rng_tracker().fork():
-        got = torch.rand(8)
-    want = torch.rand(8, generator=torch.Generator().manual_seed(99 + 2718 + 1))
+        got = torch.rand(8, device=device)
+    want = torch.rand(8, device=device, generator=torch.Generator(device).manual_seed(99 + 2718 + 1))
     assert torch.equal(got, want)
     with pytest.raises(TypeError, match="reconfigure_tp_seed\\(seed=1.5\\)"):
         checkpointing.model_parallel_reconfigure_tp_seed(1.5)
@@ -559,9 +561,10 @@ def test_reconfigure_tp_seed_reseeds_only_the_model_parallel_stream():
 def test_tensor_model_parallel_mpu_is_used_for_seeds():
     checkpointing.configure(TensorParallelMPU(rank=3, world=4))
     checkpointing.model_parallel_cuda_manual_seed(10)
+    device = checkpointing.get_cuda_rng_tracker().device
     with checkpointing.get_cuda_rng_tracker().fork():
-        got = torch.rand(4)
-    assert torch.equal(got, torch.rand(4, generator=torch.Generator().manual_seed(10 + 2718 + 3)))
+        got = torch.rand(4, device=device)
+    assert torch.equal(got, torch.rand(4, device=device, generator=torch.Generator(device).manual_seed(10 + 2718 + 3)))
 
 
 def test_detach_variable_keeps_requires_grad_and_passes_others():
