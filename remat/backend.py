@@ -8,6 +8,7 @@ run first; on a torch without that hook remat drives aot_autograd itself with in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from typing import Any, Mapping, Sequence
@@ -23,6 +24,7 @@ from .environ import config_from_environment
 from .pipeline import Planned, plan_joint, shard_group
 from .plan.agree import check_ranks_agree
 from .rewrite.transfer import Runtime
+from .runtime import table
 from .runtime.profile import Profile
 from .plan.plan import Plan
 from .rewrite.split import split
@@ -193,9 +195,26 @@ def compile_graph(
 
 
 def _inner_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):
-    """inductor's compiler of one module remat built, its recomputation blocks kept apart (_torch.fusion_barrier)."""
-    with _torch.fusion_barrier(gm):
+    """inductor's compiler of one module remat built, its recomputation blocks kept apart (_torch.fusion_barrier)
+    and the device memory its host copies read never reused by inductor while the copies run (_async_reads)."""
+    with _torch.fusion_barrier(gm), _async_reads(gm):
         return _torch.compile_fx_inner()(gm, example_inputs, **kwargs)
+
+
+def _async_reads(gm: fx.GraphModule) -> contextlib.AbstractContextManager:
+    """On CUDA, offload's copy to the host runs on a side stream and reads its input after the op returned; inductor
+    must not hand that memory to a later kernel of the module meanwhile. A null context for modules with no such
+    copy (on CPU the copy is done when the op returns)."""
+    offload = table.OFFLOAD.overload
+    for node in gm.graph.nodes:
+        if node.target is offload and _on_cuda(node.args[0]):
+            return _torch.inputs_never_reused([offload])
+    return contextlib.nullcontext()
+
+
+def _on_cuda(arg: Any) -> bool:
+    val = arg.meta.get("val") if isinstance(arg, fx.Node) else None
+    return isinstance(val, torch.Tensor) and val.device.type == "cuda"
 
 
 def remat_backend(

@@ -1,5 +1,6 @@
 """Runtime checkpoint ops in compiled graphs: offload/reload, contiguous arenas, profile, synchronize (CPU)."""
 
+import contextlib
 import copy
 
 import pytest
@@ -103,7 +104,7 @@ def test_offload_compiles_with_inductor():
 )
 def test_offload_round_trip_views(make):
     x = make()
-    host = torch.ops.remat.offload(x)
+    host = torch.ops.remat.offload.default(x)
     back = torch.ops.remat.reload(host, DEVICE)
     assert host.untyped_storage().data_ptr() != x.untyped_storage().data_ptr() or x.numel() == 0
     assert back.dtype == x.dtype and back.shape == x.shape and torch.equal(back, x)
@@ -322,6 +323,7 @@ def test_offload_auto_on_cuda_leaves_the_device_peak():
         ("torch._prims.rng_prims", "run_and_save_rng_state", lambda: remat._torch.rng_replay_ops()),
         ("torch._subclasses.fake_tensor", "unset_fake_temporarily", lambda: remat._torch.outside_fake_mode()),
         ("torch._C", "_storage_Use_Count", lambda: remat._torch.storage_use_count(torch.empty(1))),
+        ("torch._inductor.config", "_pre_fusion_custom_pass", lambda: remat._torch.inputs_never_reused([])),
     ],
 )
 def test_private_runtime_apis_are_guarded(monkeypatch, module, name, call):
@@ -350,6 +352,78 @@ def test_gathers_keep_their_tensors_until_the_next_one(tmp_path):
         assert collective._held.last is not held and torch.equal(second[0], x + 1)
     finally:
         dist.destroy_process_group()
+
+
+def _mm_then_offload(a, b):
+    x = torch.mm(a, b)
+    host = torch.ops.remat.offload.default(x)
+    return host, torch.mm(a, a)  # a buffer of x's size, computed once x is dead
+
+
+@pytest.mark.inductor
+def test_inductor_never_reuses_memory_an_offload_reads():
+    """On CUDA offload's copy to the host still reads its input after the op returned (side stream); inductor, left
+    alone, writes the next matmul into that very buffer. Under inputs_never_reused it allocates a fresh one."""
+    from torch._inductor.utils import run_and_get_code
+
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+
+    def generated(context):
+        torch._dynamo.reset()
+        with context:
+            (host, _), code = run_and_get_code(torch.compile(_mm_then_offload, backend="inductor"), a, b)
+        torch._dynamo.reset()
+        assert torch.equal(host, a @ b)
+        return code[0]
+
+    offload = torch.ops.remat.offload.default
+    assert "# reuse" in generated(contextlib.nullcontext())
+    before = torch._inductor.config._pre_fusion_custom_pass
+    code = generated(remat._torch.inputs_never_reused([offload]))
+    assert "# reuse" not in code and code.count("empty_strided_cpu((64, 64)") == 2
+    assert torch._inductor.config._pre_fusion_custom_pass is before
+
+
+def test_offload_of_a_cuda_value_compiles_under_inputs_never_reused():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from remat.backend import _async_reads
+
+    gm = torch.fx.symbolic_trace(_mm_then_offload)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    mm = next(n for n in gm.graph.nodes if n.target is torch.mm)
+    for device, hooked in (("cpu", False), ("cuda", True)):
+        with FakeTensorMode():
+            for node in (*placeholders, mm):
+                node.meta["val"] = torch.empty(64, 64, device=device)
+        with _async_reads(gm):
+            assert (torch._inductor.config._pre_fusion_custom_pass is not None) is hooked, device
+        assert torch._inductor.config._pre_fusion_custom_pass is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.inductor
+def test_offload_under_inductor_on_cuda_keeps_gradients():
+    from remat import zoo
+
+    config = zoo.GPTConfig(n_layer=2)
+    model = zoo.GPT(config, seed=0).cuda()
+    idx, targets = (t.cuda() for t in zoo.make_gpt_batch(config, 4, seed=0))
+    eager = copy.deepcopy(model)
+    torch.manual_seed(0)
+    zoo.gpt_loss(eager, idx, targets).backward()
+    compiled = torch.compile(
+        lambda i, t: zoo.gpt_loss(model, i, t), backend="remat", options={"offload": True, "inner": "inductor"}
+    )
+    with torch._inductor.config.patch(fallback_random=True):
+        for _ in range(3):  # the copies of one step race the kernels of the next ones too
+            for p in model.parameters():
+                p.grad = None
+            torch.manual_seed(0)
+            compiled(idx, targets).backward()
+    assert remat.recent_plans()[-1].offloaded
+    for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.inductor

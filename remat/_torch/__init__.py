@@ -24,6 +24,7 @@ from .compile import (
     ends_at_graph_break,
     fusion_barrier,
     fusion_barrier_supported,
+    inputs_never_reused,
     inductor_decompositions,
     mark_dynamic,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "forget_compiles",
     "fusion_barrier",
     "fusion_barrier_supported",
+    "inputs_never_reused",
     "inductor_decompositions",
     "input_descriptor",
     "is_allocation",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from .guard import TorchAPIError, lookup
+from .guard import TorchAPIError, lookup, missing
 
 
 def aot_autograd(**kwargs: Any) -> Callable[..., Any]:
@@ -127,3 +127,28 @@ def fusion_barrier(gm: Any) -> Any:
             return base.can_fuse_horizontal(scheduler, node1, node2, shared_data_score)
 
     return virtualized.set_choices_handler(BlockChoices())
+
+
+def inputs_never_reused(overloads: Any) -> Any:
+    """A context manager under which inductor never reuses, for buffers of its own, the memory of a tensor that a
+    call of one of `overloads` reads (as it treats the inputs of collectives): the op's kernel may still be reading
+    it after it returned, from a copy on a side stream. Released normally, the memory goes back to the caching
+    allocator, which holds it until the copy is done (record_stream). A pass before inductor's fusion names those
+    buffers; one the user configured runs first."""
+    config = importlib.import_module("torch._inductor.config")
+    if not hasattr(config, "_pre_fusion_custom_pass"):
+        raise missing("torch._inductor.config._pre_fusion_custom_pass")
+    virtualized = lookup("torch._inductor.virtualized", "V")
+    targets = frozenset(overloads)
+    previous = config._pre_fusion_custom_pass
+
+    def name_inputs(nodes: list) -> list:
+        if previous is not None:
+            nodes = previous(nodes)
+        for snode in nodes:
+            for sub in snode.get_nodes():
+                if getattr(getattr(sub, "node", None), "op_overload", None) in targets:
+                    virtualized.graph.never_reuse_buffers.update(dep.name for dep in sub.read_writes.reads)
+        return nodes
+
+    return config.patch(_pre_fusion_custom_pass=name_inputs)
