@@ -134,21 +134,33 @@ def inputs_never_reused(overloads: Any) -> Any:
     call of one of `overloads` reads (as it treats the inputs of collectives): the op's kernel may still be reading
     it after it returned, from a copy on a side stream. Released normally, the memory goes back to the caching
     allocator, which holds it until the copy is done (record_stream). A pass before inductor's fusion names those
-    buffers; one the user configured runs first."""
+    buffers; one the user configured runs first. The pass has a stable uuid, so inductor's graph cache keeps
+    working where this torch keys scheduler passes by it."""
     config = importlib.import_module("torch._inductor.config")
     if not hasattr(config, "_pre_fusion_custom_pass"):
         raise missing("torch._inductor.config._pre_fusion_custom_pass")
     virtualized = lookup("torch._inductor.virtualized", "V")
+    try:
+        base: type = lookup("torch._inductor.custom_graph_pass", "CustomSchedulerPass")
+    except TorchAPIError:
+        base = object
     targets = frozenset(overloads)
     previous = config._pre_fusion_custom_pass
 
-    def name_inputs(nodes: list) -> list:
-        if previous is not None:
-            nodes = previous(nodes)
-        for snode in nodes:
-            for sub in snode.get_nodes():
-                if getattr(getattr(sub, "node", None), "op_overload", None) in targets:
-                    virtualized.graph.never_reuse_buffers.update(dep.name for dep in sub.read_writes.reads)
-        return nodes
+    class NeverReuse(base):
+        def __call__(self, nodes: list) -> list:
+            if previous is not None:
+                nodes = previous(nodes)
+            for snode in nodes:
+                for sub in snode.get_nodes():
+                    if getattr(getattr(sub, "node", None), "op_overload", None) in targets:
+                        virtualized.graph.never_reuse_buffers.update(dep.name for dep in sub.read_writes.reads)
+            return nodes
 
-    return config.patch(_pre_fusion_custom_pass=name_inputs)
+        def uuid(self) -> Any:
+            before = None if previous is None else getattr(previous, "uuid", lambda: None)()
+            if previous is not None and before is None:
+                return None  # the user's pass cannot be keyed: inductor does not cache this graph
+            return ("remat.inputs_never_reused", tuple(sorted(map(str, targets))), before)
+
+    return config.patch(_pre_fusion_custom_pass=NeverReuse())
