@@ -180,9 +180,15 @@ def _in_place(problem: Problem, resolved: Resolved, forward, backward, recompute
     taken: set[int] = set()
     step = -1
     for in_bw, (order, inside, memo) in enumerate((forward, backward)):
+        loops = [i for i in order if not inside[i] and kinds[i] != fusion.OPAQUE and a.allocates[i]]
+        readers: dict[int, list[int]] = {}
+        for i in loops:
+            for j in fusion.expand(a, i, inside, memo):
+                readers.setdefault(storage[j], []).append(i)
+        loops_set = set(loops)
         for i in order:
             step += 1
-            if inside[i] or kinds[i] == fusion.OPAQUE or not a.allocates[i]:
+            if i not in loops_set:
                 continue
             for j in fusion.expand(a, i, inside, memo):
                 if storage[j] != j or keys[j] != keys[i] or j in leaving:
@@ -191,9 +197,31 @@ def _in_place(problem: Problem, resolved: Resolved, forward, backward, recompute
                     continue
                 k = j + n if in_bw and recomputed[j] else plain[j]
                 if k >= 0 and k not in taken and last[k] == step and 0 <= alloc[k] < step:
+                    if not _sole_reader(a, i, readers[j]):
+                        continue
                     taken.add(k)
                     last[k] = step - 1
                     break
+
+
+def _sole_reader(a, i: int, loops: list[int]) -> bool:
+    """Whether loop `i` may take over a buffer the loops `loops` read: inductor writes in place only when every other
+    loop reading the buffer is one `i` depends on or ran in an earlier kernel. A loop reading the same buffer that `i`
+    does not depend on is fused with `i` into one kernel (they share the read), so the buffer is still being read
+    while `i` writes."""
+    others = [r for r in loops if r != i]
+    if not others:
+        return True
+    lowest = min(others)
+    pending, seen = set(others), {i}
+    stack = [i]
+    while stack and pending:
+        for v in a.distinct[stack.pop()]:
+            pending.discard(v)
+            if v > lowest and v not in seen:
+                seen.add(v)
+                stack.append(v)
+    return not pending
 
 
 def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo, alloc, first_bw) -> None:
