@@ -151,7 +151,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     saved = sorted({storage[a.index[s]] for s in resolved.saved})  # a saved view keeps its base's storage
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
     if problem.fuses:
-        _in_place(problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last)
+        fusion.in_place(problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last)
     spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
     spans += _unused_outputs(problem, fw, bw, recomputed)
     arena: list[tuple[int, int]] = []
@@ -163,65 +163,6 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     if resolved.offloaded or resolved.sharded:
         spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans)
     return Lifetimes(fw, bw, spans, saved_spans, extra, arena)
-
-
-def _in_place(problem: Problem, resolved: Resolved, forward, backward, recomputed, alloc, last) -> None:
-    """inductor's in-place buffers (torch._inductor.config.inplace_buffers): a loop that reads a buffer for the last
-    time, element for element as it writes its output (not through a view), and of the same dtype and size, writes
-    its output into that buffer, which ends the step before (`last`). A saved value counts: backward frees the
-    values it is handed. Not a recomputed loop's buffer: inductor computes a recomputed loop inside the kernels of
-    its segment that read it more often than fusion.inlined finds, and a buffer that is never written out is not
-    there to take. Values that leave the device keep their own lifetimes (_split_transfers).
-    `forward`, `backward`: each module's (schedule, values computed inside other kernels, fusion.expand's memo)."""
-    a = problem.arrays
-    n = len(a.names)
-    storage, kinds, keys, plain = a.storage, a.kinds, a.reuse_keys, problem.instances
-    leaving = {a.index[s] for s in resolved.moves}
-    taken: set[int] = set()
-    step = -1
-    for in_bw, (order, inside, memo) in enumerate((forward, backward)):
-        loops = [i for i in order if not inside[i] and kinds[i] != fusion.OPAQUE and a.allocates[i]]
-        readers: dict[int, list[int]] = {}
-        for i in loops:
-            for j in fusion.expand(a, i, inside, memo):
-                readers.setdefault(storage[j], []).append(i)
-        loops_set = set(loops)
-        for i in order:
-            step += 1
-            if i not in loops_set:
-                continue
-            for j in fusion.expand(a, i, inside, memo):
-                if storage[j] != j or keys[j] != keys[i] or j in leaving:
-                    continue
-                if in_bw and recomputed[j] and kinds[j] != fusion.OPAQUE:
-                    continue
-                k = j + n if in_bw and recomputed[j] else plain[j]
-                if k >= 0 and k not in taken and last[k] == step and 0 <= alloc[k] < step:
-                    if not _sole_reader(a, i, readers[j]):
-                        continue
-                    taken.add(k)
-                    last[k] = step - 1
-                    break
-
-
-def _sole_reader(a, i: int, loops: list[int]) -> bool:
-    """Whether loop `i` may take over a buffer the loops `loops` read: inductor writes in place only when every other
-    loop reading the buffer is one `i` depends on or ran in an earlier kernel. A loop reading the same buffer that `i`
-    does not depend on is fused with `i` into one kernel (they share the read), so the buffer is still being read
-    while `i` writes."""
-    others = [r for r in loops if r != i]
-    if not others:
-        return True
-    lowest = min(others)
-    pending, seen = set(others), {i}
-    stack = [i]
-    while stack and pending:
-        for v in a.distinct[stack.pop()]:
-            pending.discard(v)
-            if v > lowest and v not in seen:
-                seen.add(v)
-                stack.append(v)
-    return not pending
 
 
 def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo, alloc, first_bw) -> None:
