@@ -225,14 +225,15 @@ def reuse(spans: list[tuple[int, int, int]], keys: Sequence, boundary: int) -> l
     return out
 
 
-def in_place(problem, resolved, forward, backward, recomputed, alloc, last) -> None:
+def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segment) -> None:
     """inductor's in-place buffers (torch._inductor.config.inplace_buffers): a loop that reads a buffer for the last
     time, element for element as it writes its output (not through a view), and of the same dtype and size, writes
     its output into that buffer, which ends the step before (`last`). A saved value counts: backward frees the
     values it is handed. Not a recomputed loop's buffer: inductor computes a recomputed loop inside the kernels of
     its segment that read it more often than fusion.inlined finds, and a buffer that is never written out is not
     there to take. Values that leave the device keep their own lifetimes (simulate._split_transfers).
-    `forward`, `backward`: each module's (schedule, values computed inside other kernels, fusion.expand's memo)."""
+    `forward`, `backward`: each module's (schedule, values computed inside other kernels, fusion.expand's memo);
+    `segment`: the backward segment of each node (`segments`; 0 in the forward), within which inductor fuses."""
     a = problem.arrays
     n = len(a.names)
     storage, kinds, keys, plain = a.storage, a.kinds, a.reuse_keys, problem.instances
@@ -257,18 +258,34 @@ def in_place(problem, resolved, forward, backward, recomputed, alloc, last) -> N
                     continue
                 k = j + n if in_bw and recomputed[j] else plain[j]
                 if k >= 0 and k not in taken and last[k] == step and 0 <= alloc[k] < step:
-                    if not _sole_reader(a, i, readers[j]):
+                    if not _sole_reader(a, i, [r for r in readers[j] if segment[r] == segment[i]]):
                         continue
                     taken.add(k)
                     last[k] = step - 1
                     break
 
 
+def segments(a, bw: list[int], recomputed, hoists: bool) -> list[int]:
+    """The backward segment of each node, as rewrite/split.mark_blocks numbers them in the backward module (a run of
+    recomputed nodes starts one; forward nodes: 0). inductor's fusion keeps segments apart (_torch.fusion_barrier);
+    without the barrier (`hoists`) it fuses across them, so every node is in segment 0."""
+    segment = [0] * len(a.names)
+    if hoists:
+        return segment
+    current, previous = 0, False
+    for i in bw:
+        here = bool(recomputed[i])
+        current += here and not previous
+        segment[i] = current
+        previous = here
+    return segment
+
+
 def _sole_reader(a, i: int, loops: list[int]) -> bool:
-    """Whether loop `i` may take over a buffer the loops `loops` read: inductor writes in place only when every other
-    loop reading the buffer is one `i` depends on or ran in an earlier kernel. A loop reading the same buffer that `i`
-    does not depend on is fused with `i` into one kernel (they share the read), so the buffer is still being read
-    while `i` writes."""
+    """Whether loop `i` may take over a buffer the loops `loops` of its segment read: inductor writes in place only
+    when every other loop reading the buffer is one `i` depends on or ran in an earlier kernel. A loop of the same
+    segment reading the same buffer that `i` does not depend on is fused with `i` into one kernel (they share the
+    read), so the buffer is still being read while `i` writes; one of another segment ran in a kernel of its own."""
     others = [r for r in loops if r != i]
     if not others:
         return True

@@ -97,6 +97,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     memo_fw: dict[int, tuple[int, ...]] = {}
     memo_bw: dict[int, tuple[int, ...]] = {}
     if problem.fuses:
+        segment = fusion.segments(a, bw, recomputed, problem.hoists)  # in the module's order, before reordering
         fw_in, bw_in, fw_kept = _fused(problem, resolved, in_fw, bw, excluded, recomputed)
         fw = reorder.peak_order(a, fw, fw_in, fw_kept, memo_fw)
         bw_out = bytearray(n)
@@ -151,7 +152,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     saved = sorted({storage[a.index[s]] for s in resolved.saved})  # a saved view keeps its base's storage
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
     if problem.fuses:
-        fusion.in_place(problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last)
+        fusion.in_place(problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last, segment)
     spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
     spans += _unused_outputs(problem, fw, bw, recomputed)
     arena: list[tuple[int, int]] = []
