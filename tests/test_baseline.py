@@ -98,3 +98,32 @@ def test_policies_keep_the_default_partition_as_baseline():
         captured.joint, captured.num_fwd_outputs, RematConfig(inner="inductor", save_ops=["aten.addmm"])
     )
     assert planned.plan.baseline.kind == "default partition" and planned.inner_modules is None
+
+
+def test_min_cut_partition_builds_modules_whose_code_is_generated_when_first_read():
+    """torch's partitioner runs in lazy-module mode, as inside torch.compile: the modules it builds generate their
+    Python code only when run or read, and their saved set and results are those of eagerly built modules."""
+    fn, inputs = _gpt()
+    (captured,) = capture_joints(fn, *inputs, inner="inductor")
+    copies = [torch.fx.GraphModule(captured.joint, copy.deepcopy(captured.joint.graph)) for _ in range(2)]
+    fw, _, saved = _torch.min_cut_partition(copies[0], captured.num_fwd_outputs)
+    import torch.fx._lazy_graph_module as lazy
+
+    assert isinstance(fw, lazy._LazyGraphModule) and fw._needs_recompile()
+    assert "def forward" in fw.code and not fw._needs_recompile()  # generated on first read
+    with lazy._force_skip_lazy_graph_module():
+        eager_fw, _, eager_saved = _torch.min_cut_partition(copies[1], captured.num_fwd_outputs)
+    assert not isinstance(eager_fw, lazy._LazyGraphModule) and eager_saved == saved
+    assert fw.code == eager_fw.code
+
+
+def test_without_lazy_modules_the_partition_builds_plain_modules(monkeypatch):
+    import torch.fx._lazy_graph_module as lazy
+
+    graph = torch.fx.symbolic_trace(lambda a: a + 1).graph
+    with _torch.lazy_graph_modules() as make_module:
+        assert isinstance(make_module(torch.nn.Module(), graph), lazy._LazyGraphModule)
+    monkeypatch.delattr(lazy, "_use_lazy_graph_module")
+    with _torch.lazy_graph_modules() as make_module:
+        gm = make_module(torch.nn.Module(), graph)
+    assert not isinstance(gm, lazy._LazyGraphModule) and "def forward" in gm.code

@@ -3,8 +3,9 @@ min-cut partitioners remat compares against."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .guard import SUPPORTED, TorchAPIError, lookup
 
@@ -63,26 +64,44 @@ def min_cut_partition(
     the graph it is given): (forward module, backward module, names of the saved nodes, symbolic sizes included).
     `merged`: `joint` has been through `min_cut_cse` already, so the partitioner's own pass of it (which would find
     nothing left to merge) is skipped."""
-    import contextlib
     import copy
 
     import torch.fx as fx
 
     min_cut = lookup("torch._functorch.partitioners", "min_cut_rematerialization_partition")
-    # A copy of the graph (node metadata shared, fake tensors not copied) under the same root module.
-    copied = fx.GraphModule(joint, copy.deepcopy(joint.graph))
     config = importlib.import_module("torch._functorch.config")
-    with config.patch(cse=False) if merged and getattr(config, "cse", False) else contextlib.nullcontext():
-        fw, bw = min_cut(
-            copied,
-            None,
-            compiler="inductor",
-            num_fwd_outputs=num_fwd_outputs,
-            static_lifetime_input_indices=static_lifetime_input_indices,
-        )
+    with lazy_graph_modules() as make_module:
+        # A copy of the graph (node metadata shared, fake tensors not copied) under the same root module.
+        copied = make_module(joint, copy.deepcopy(joint.graph))
+        with config.patch(cse=False) if merged and getattr(config, "cse", False) else contextlib.nullcontext():
+            fw, bw = min_cut(
+                copied,
+                None,
+                compiler="inductor",
+                num_fwd_outputs=num_fwd_outputs,
+                static_lifetime_input_indices=static_lifetime_input_indices,
+            )
     outputs = fw.graph.find_nodes(op="output")[0].args[0]
     saved = tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))
     return fw, bw, saved
+
+
+@contextlib.contextmanager
+def lazy_graph_modules() -> Iterator[Callable[..., Any]]:
+    """A context in which the graph modules torch builds generate their Python code when first run or read, not
+    when built — as inside a `torch.compile`, whose dynamo frame turns this on for the backend it calls — and the
+    builder of such a module, `(root, graph) -> GraphModule`. On a torch without the switch, plain GraphModules (the
+    same modules, their code generated at once)."""
+    import torch.fx as fx
+
+    try:
+        use_lazy = lookup("torch.fx._lazy_graph_module", "_use_lazy_graph_module")
+        make = lookup("torch.fx._lazy_graph_module", "_make_graph_module")
+    except TorchAPIError:
+        yield fx.GraphModule
+        return
+    with use_lazy(True):
+        yield make
 
 
 def min_cut_cse(joint: Any) -> None:
