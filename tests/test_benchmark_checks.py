@@ -197,3 +197,31 @@ def test_compile_time_says_when_the_plain_row_paid_the_compiler_start_up():
     rows = [row("inductor", "compiled", 100, first_step_s=10.0), remat_row("remat None", 100, 100, first_step_s=12.0)]
     assert "one-time compiler start-up" in checks.compile_time(rows, "inductor", True, warmed_up=False).text
     assert "one-time compiler start-up" not in checks.compile_time(rows, "inductor", True, warmed_up=True).text
+
+
+class _Timed:
+    """A row whose steps take the given milliseconds, in order; records when each step ran."""
+
+    def __init__(self, name, times, log):
+        self.spec = type("Spec", (), {"name": name, "budget": None})()
+        self.times, self.log = list(times), log
+
+    def step(self):
+        self.log.append(self.spec.name)
+        return self.times.pop(0)
+
+
+def test_paired_time_alternates_the_rows_and_compares_medians():
+    import paired_time
+
+    log = []
+    a = _Timed("remat None", [10.0, 12.0, 11.0, 30.0, 10.0], log)
+    b = _Timed("inductor", [10.0, 10.0, 10.0, 10.0, 50.0], log)
+    result = paired_time.pair("m", a, b, rounds=5, limit=1.03)
+    # one step of each per round, the order flipped every round
+    assert log == ["remat None", "inductor", "inductor", "remat None"] * 2 + ["remat None", "inductor"]
+    assert result["ratio"] == pytest.approx(11.0 / 10.0) and result["step_ms"] == 11.0
+    low, high = result["round_ratio_quartiles"]
+    assert low <= 1.1 <= high
+    (line,) = paired_time.verdicts([result])
+    assert line.startswith("FAIL: m `remat None` vs `inductor`: 1.100x (limit 1.03x")
