@@ -21,10 +21,8 @@ every model, at every budget.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -159,37 +157,18 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     lines = verdicts(rows)
-    import torch
+    sys.path.insert(0, str(HERE))
+    import outputs
 
-    meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "load_average": os.getloadavg()[0],
-        "argv": sys.argv[1:] if argv is None else argv,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows, "verdicts": lines}, indent=2) + "\n")
-    text = "\n".join(
-        [
-            "# Compile time from a cold start",
-            "",
-            f"`python benchmarks/compile_time.py {' '.join(meta['argv'])}` on {meta['date']} (torch {meta['torch']}, "
-            f"Python {meta['python']}, {meta['cpus']} CPUs, load average {meta['load_average']:.1f} at the end). "
-            "Each row is a fresh process with an empty inductor cache, one compile thread and one torch thread; "
-            "the figures are the model's first forward+backward step (both graphs compiled, one step run). CPU s "
-            "counts the compiler processes (gcc) too, and is the figure compared (the machine is shared).",
-            "",
-            table(rows),
-            "",
-            *[f"- {line}" for line in lines],
-            "",
-        ]
+    meta = outputs.machine(sys.argv[1:] if argv is None else argv)
+    intro = (
+        f"{outputs.setup('compile_time.py', meta)} Each row is a fresh process with an empty inductor cache, one "
+        "compile thread and one torch thread; the figures are the model's first forward+backward step (both graphs "
+        "compiled, one step run). CPU s counts the compiler processes (gcc) too, and is the figure compared (the "
+        "machine is shared)."
     )
-    args.md.write_text(text)
-    print(table(rows))
-    print("\n".join(lines))
+    payload = {"meta": meta, "rows": rows, "verdicts": lines}
+    outputs.write(args.out, args.md, payload, "Compile time from a cold start", intro, table(rows), lines)
     return 0
 
 

@@ -21,10 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
-import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -37,6 +33,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 import torch  # noqa: E402
 
 import remat  # noqa: E402
+import outputs  # noqa: E402
 import rows  # noqa: E402
 from checks import NONE_TIME_SLACK, RECIPE_ROWS  # noqa: E402
 from workloads import WORKLOADS, Workload  # noqa: E402
@@ -199,38 +196,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {name}", flush=True)
         results.extend(run_model(name, args))
     lines = verdicts(results)
-    meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "load_average": os.getloadavg()[0],
-        "rounds": args.rounds,
-        "warmup": args.warmup,
-        "argv": sys.argv[1:] if argv is None else argv,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "results": results, "verdicts": lines}, indent=2) + "\n")
-    text = "\n".join(
-        [
-            "# Step time, paired",
-            "",
-            f"`python benchmarks/paired_time.py {' '.join(meta['argv'])}` on {meta['date']} (torch {meta['torch']}, "
-            f"Python {meta['python']}, {meta['cpus']} CPUs, {meta['torch_threads']} torch threads, load average "
-            f"{meta['load_average']:.1f} at the end). Each pair's two rows were compiled in one process and then "
-            f"timed in alternation, {args.rounds} steps each after {args.warmup} warm-up steps; the ratio is of the "
-            "two medians (the module docstring says why and how).",
-            "",
-            table(results),
-            "",
-            *[f"- {line}" for line in lines],
-            "",
-        ]
+    meta = outputs.machine(sys.argv[1:] if argv is None else argv)
+    meta.update(rounds=args.rounds, warmup=args.warmup)
+    intro = (
+        f"{outputs.setup('paired_time.py', meta)} {meta['torch_threads']} torch threads. Each pair's two rows were "
+        f"compiled in one process and then timed in alternation, {args.rounds} steps each after {args.warmup} "
+        "warm-up steps; the ratio is of the two medians (the module docstring says why and how)."
     )
-    args.md.write_text(text)
-    print(table(results))
-    print("\n".join(lines))
+    payload = {"meta": meta, "results": results, "verdicts": lines}
+    outputs.write(args.out, args.md, payload, "Step time, paired", intro, table(results), lines)
     return 0
 
 

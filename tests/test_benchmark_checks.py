@@ -225,3 +225,17 @@ def test_paired_time_alternates_the_rows_and_compares_medians():
     assert low <= 1.1 <= high
     (line,) = paired_time.verdicts([result])
     assert line.startswith("FAIL: m `remat None` vs `inductor`: 1.100x (limit 1.03x")
+
+
+def test_stand_alone_benchmarks_write_json_and_a_page(tmp_path, capsys):
+    import json
+
+    import outputs
+
+    meta = outputs.machine(["--models", "m"])
+    assert outputs.setup("paired_time.py", meta).startswith("`python benchmarks/paired_time.py --models m` on ")
+    out, md = tmp_path / "results" / "r.json", tmp_path / "R.md"
+    outputs.write(out, md, {"meta": meta, "rows": [1]}, "Title", "How.", "| a |\n|---|", ["PASS: x", "FAIL: y"])
+    assert json.loads(out.read_text())["rows"] == [1]
+    assert md.read_text() == "# Title\n\nHow.\n\n| a |\n|---|\n\n- PASS: x\n- FAIL: y\n"
+    assert "FAIL: y" in capsys.readouterr().out
