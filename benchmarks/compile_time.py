@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import outputs  # benchmarks/, the script's own folder
+
 HERE = Path(__file__).resolve().parent
 LIMIT = 1.5
 
@@ -157,9 +159,6 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     lines = verdicts(rows)
-    sys.path.insert(0, str(HERE))
-    import outputs
-
     meta = outputs.machine(sys.argv[1:] if argv is None else argv)
     intro = (
         f"{outputs.setup('compile_time.py', meta)} Each row is a fresh process with an empty inductor cache, one "

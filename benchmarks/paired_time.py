@@ -33,6 +33,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 import torch  # noqa: E402
 
 import remat  # noqa: E402
+from remat.measure import training_peak  # noqa: E402
 import outputs  # noqa: E402
 import rows  # noqa: E402
 from checks import NONE_TIME_SLACK, RECIPE_ROWS  # noqa: E402
@@ -74,11 +75,10 @@ class Built:
                 self.forward = rows.build(spec, self.model, INNER, workload, compile_loss=True)
                 for _ in range(warmup):
                     self.step()
-        planned = [p for p in remat.recent_plans() if not any(p is q for q in before)]
+        planned = any(not any(p is q for q in before) for p in remat.recent_plans())
         if spec.kind == "remat" and not planned:
             # the other row of the pair compiled the same code first: this row must run remat's own compile
             raise RuntimeError(f"{spec.name}: no remat plan was made; the row would time another row's code")
-        self.plan = planned[-1] if planned else None
 
     def step(self) -> float:
         """One forward+backward from cleared gradients; its wall milliseconds."""
@@ -88,11 +88,8 @@ class Built:
         return (time.perf_counter() - start) * 1e3
 
     def peak(self) -> int:
-        rows._clear_grads(self.model)
-        return remat.peak_memory(
-            lambda: self.forward(*self.inputs).backward(),
-            exclude=lambda: [p.grad for p in self.model.parameters()],
-        )
+        """Measured peak of one step, parameter gradients left out."""
+        return training_peak(lambda: self.forward(*self.inputs).backward(), self.model.parameters())
 
 
 def alternate(a: Built, b: Built, rounds: int) -> tuple[list[float], list[float]]:
@@ -116,15 +113,15 @@ def quartiles(values: list[float]) -> tuple[float, float]:
 def pair(model: str, a: Built, b: Built, rounds: int, limit: float) -> dict:
     times_a, times_b = alternate(a, b, rounds)
     per_round = [x / y for x, y in zip(times_a, times_b)]
-    ratio = statistics.median(times_a) / statistics.median(times_b)
+    median_a, median_b = statistics.median(times_a), statistics.median(times_b)
     return {
         "model": model,
         "row": a.spec.name,
         "against": b.spec.name,
         "budget_bytes": a.spec.budget if isinstance(a.spec.budget, int) else None,
-        "step_ms": statistics.median(times_a),
-        "against_step_ms": statistics.median(times_b),
-        "ratio": ratio,
+        "step_ms": median_a,
+        "against_step_ms": median_b,
+        "ratio": median_a / median_b,
         "round_ratio_quartiles": quartiles(per_round),
         "limit": limit,
         "step_ms_all": times_a,
