@@ -46,13 +46,14 @@ print(f"{sum(p.numel() for p in model.parameters()):,} parameters; loss {referen
 # The budget is stated in bytes (`"16MiB"`, or an int). It bounds the peak of the bytes the step itself creates —
 # activations, saved values, recomputed values, backward temporaries — not parameters, their gradients or inputs.
 # `remat.explain` plans without running anything, which tells us the range a budget can take for this model: the peak of
-# torch's default partition (which keeps everything backward reads) and the least peak remat can reach.
+# the inner compiler's own partition (under aot_eager, torch's min-cut partitioner, as plain
+# `torch.compile(backend="aot_eager")` runs it) and the least peak remat can reach.
 
 # %%
 BUDGET = "16MiB"
 
 least = remat.explain(model, *batch, memory_budget=0.0, inner="aot_eager")  # as compiled below
-print(f"default partition peak: {least.baseline.peak_bytes / MIB:.2f} MiB")
+print(f"{least.baseline.kind} peak: {least.baseline.peak_bytes / MIB:.2f} MiB")
 print(f"least peak remat can reach: {least.peak_bytes / MIB:.2f} MiB")
 
 compiled = torch.compile(copy.deepcopy(model), backend="remat", options={"memory_budget": BUDGET, "inner": "aot_eager"})
@@ -80,7 +81,8 @@ print(plan.module_table())
 # ## Memory over the step
 #
 # Live activation memory at every step of the schedule: forward, then backward with the recomputation placed just
-# before its first use (shaded). The grey curve is the default partition's; the dashed line is the budget.
+# before its first use (shaded). The grey curve is the baseline's (aot_eager's min-cut partition); the dashed line is
+# the budget.
 
 # %%
 fig = plan.plot_timeline()

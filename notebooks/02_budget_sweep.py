@@ -7,8 +7,9 @@
 # knob, `torch._functorch.config.activation_memory_budget`, the same way, so both land on the same axes.
 #
 # A fraction means different things to the two: remat's `0.5` is half-way between the least peak remat can reach and
-# the default partition's peak; torch's `0.5` asks its min-cut partitioner to save for backward at most half the
-# activation bytes its default partition saves.
+# the baseline's peak (aot_eager's min-cut partition, as plain `torch.compile(backend="aot_eager")` runs it); torch's
+# `0.5` asks its min-cut partitioner to save for backward at most half the activation bytes its default partition
+# saves.
 
 # %%
 # the notebooks' shared code (helpers.py, next to this notebook), imported before torch: it quiets the profiler

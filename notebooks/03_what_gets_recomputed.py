@@ -50,8 +50,9 @@ torch._dynamo.reset()
 # %% [markdown]
 # ## Decisions per layer
 #
-# Half-way between the least peak remat can reach and the default partition's peak (`memory_budget=0.5`), then at the
-# least peak (`0.0`). `depth=4` joins each block's submodules into one line per block.
+# Half-way between the least peak remat can reach and the baseline's peak (aot_eager's min-cut partition,
+# `memory_budget=0.5`), then at the least peak (`0.0`). `depth=4` joins each block's submodules into one line per
+# block.
 
 # %%
 half = remat.explain(step, ids, memory_budget=0.5)
@@ -147,7 +148,7 @@ after = torch.rand(4)
 plan = remat.last_plan()
 differ = mismatched(gradients(compiled), eager_grads)
 print(f"recomputed in backward: {plan.recompute_flops / 1e6:.1f} MFLOP; peak {plan.peak_bytes / 2**20:.2f} MiB "
-      f"(default partition {plan.baseline.peak_bytes / 2**20:.2f} MiB)")
+      f"({plan.baseline.kind} {plan.baseline.peak_bytes / 2**20:.2f} MiB)")
 print(f"loss equal: {torch.equal(loss, eager_loss)}")
 print(f"gradients equal (torch.equal): {len(eager_grads) - len(differ)} of {len(eager_grads)}")
 print(f"generator state after the step equal: {torch.equal(after, eager_after)}")

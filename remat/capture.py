@@ -290,8 +290,9 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
     return Graph(tuple(values), num_fwd_outputs, fw_out, bw_out, tuple(sorted(symbols)), _mutated_inputs(nodes))
 
 
-# remat's marker for a node aot_autograd traced in the backward pass (part of a gradient formula).
-_FORMULA = frozenset({"backward_formula"})
+# remat's marker (a Value tag) for a node aot_autograd traced in the backward pass (part of a gradient formula).
+BACKWARD_FORMULA = "backward_formula"
+_FORMULA = frozenset({BACKWARD_FORMULA})
 
 
 def _in_backward(node: fx.Node, traced_backward: bool) -> bool:

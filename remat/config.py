@@ -122,7 +122,8 @@ class RematConfig:
 
     Attributes:
         memory_budget: bound on the step's peak activation memory. ``None``: no rematerialization beyond the
-            default partition (the baseline). int: bytes, >= 0. str: bytes with a unit, ``"512MiB"``, ``"2GB"``,
+            inner compiler's own partition (the baseline: torch's min-cut partition under inductor and aot_eager,
+            the default partition under eager). int: bytes, >= 0. str: bytes with a unit, ``"512MiB"``, ``"2GB"``,
             ``"1.5GiB"``, ``"4096"`` (see ``parse_bytes``). float in [0, 1]: fraction between the least peak the
             planner can reach (0.0) and the baseline peak (1.0); note ``1`` is one byte and ``1.0`` the baseline.
             Stored as given; read it through ``budget_kind``, ``budget_bytes`` and ``budget_fraction``.

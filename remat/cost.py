@@ -15,7 +15,7 @@ import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
 
 from . import _torch
-from .capture import Graph, Role, returns_alias, sym_hint, tensor_bytes
+from .capture import BACKWARD_FORMULA, Graph, Role, returns_alias, sym_hint, tensor_bytes
 
 FLOPS_PER_BYTE = 10
 
@@ -50,6 +50,6 @@ def costs(joint: fx.GraphModule, graph: Graph) -> Mapping[str, int]:
     table = {}
     for node in joint.graph.nodes:
         value = graph[node.name]
-        formula = "backward_formula" in value.tags
+        formula = BACKWARD_FORMULA in value.tags
         table[node.name] = node_cost(node, value.is_view) if value.role is Role.FORWARD and not formula else 0
     return types.MappingProxyType(table)

@@ -29,8 +29,8 @@ class Planned:
     plan: Plan
     problem: Problem
     resolved: Resolved
-    # The forward and backward modules the inner compiler's own partitioner built (inductor: min-cut), to run as
-    # they are when the plan is that partition's; None otherwise.
+    # The forward and backward modules the inner compiler's own partitioner built (inductor, aot_eager: min-cut), to
+    # run as they are when the plan is that partition's; None otherwise.
     inner_modules: tuple[fx.GraphModule, fx.GraphModule] | None = None
 
     @property
@@ -176,14 +176,20 @@ def on_own_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return result["value"]
 
 
+# The inner compilers whose plain torch.compile backend partitions with torch's min-cut partitioner.
+MIN_CUT_INNERS = ("inductor", "aot_eager")
+
+
 def baseline_of(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig, static_lifetime_input_indices=None):
-    """The inner compiler's own partition of `joint`: (BaselineSpec, its modules or None). Under inductor that is
-    torch's min-cut partitioner, run as plain `torch.compile` runs it (the user's functorch config applies)."""
-    if config.inner != "inductor" or config.policy is not None or config.save_ops:
+    """The inner compiler's own partition of `joint`: (BaselineSpec, its modules or None). Under inductor and
+    aot_eager that is torch's min-cut partitioner, run as plain `torch.compile` with that backend runs it (the user's
+    functorch config applies); under eager (no partitioner: autograd saves what the backward reads) the default
+    partition."""
+    if config.inner not in MIN_CUT_INNERS or config.policy is not None or config.save_ops:
         # A policy or save list is remat's own: plain torch.compile has no such thing, so the baseline is then the
         # default partition under the user's rules.
         regions = region_count(joint)
         return BaselineSpec("default partition + checkpoint regions" if regions else "default partition"), None
     _torch.min_cut_cse(joint)
     fw, bw, saved = _torch.min_cut_partition(joint, num_fwd_outputs, static_lifetime_input_indices, merged=True)
-    return BaselineSpec("inductor min-cut partition", saved=frozenset(saved)), (fw, bw)
+    return BaselineSpec(f"{config.inner} min-cut partition", saved=frozenset(saved)), (fw, bw)

@@ -17,7 +17,7 @@ from typing import Mapping
 import torch.fx as fx
 
 from . import _torch
-from .capture import Graph, Role
+from .capture import BACKWARD_FORMULA, Graph, Role
 
 _SAVE_POLICIES = ("MUST_SAVE", "PREFER_SAVE")
 
@@ -56,10 +56,13 @@ def checkpoint_regions(joint: fx.GraphModule, graph: Graph) -> Regions:
         if value.role is not Role.FORWARD or value.name not in marks:
             continue
         number, policy = marks[value.name]
+        # A gradient formula traced in the backward reads the value there, however the capture classes it.
         outside = [
             u
             for u in value.users
-            if graph[u].role in (Role.FORWARD, Role.OUTPUT) and marks.get(u, (None,))[0] != number
+            if graph[u].role in (Role.FORWARD, Role.OUTPUT)
+            and BACKWARD_FORMULA not in graph[u].tags
+            and marks.get(u, (None,))[0] != number
         ]
         if not outside:
             if policy in _SAVE_POLICIES:

@@ -2,6 +2,7 @@
 aliased inputs/outputs, unused outputs, autocast, retain_graph, tensor hooks, fullgraph, compiling twice."""
 
 import copy
+import math
 import warnings
 
 import pytest
@@ -237,7 +238,7 @@ def test_autocast_bf16_on_cpu():
     assert torch.equal(got, want) and same(grads(model), grads(eager))
     (plan,) = remat.recent_plans()
     bf16 = [d for d in plan.decisions if d.dtype == "bfloat16" and d.nbytes]
-    assert bf16 and all(d.nbytes == 2 * d.shape[0] * d.shape[1] for d in bf16)  # 2 bytes per element
+    assert bf16 and all(d.nbytes == 2 * math.prod(d.shape) for d in bf16)  # 2 bytes per element
 
 
 def test_retain_graph_second_backward():

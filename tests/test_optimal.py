@@ -101,9 +101,11 @@ def test_rows_follow_the_inner_model():
 
 @pytest.mark.parametrize("inner", INNERS)
 def test_gap_on_the_exact_graph(inner):
-    """CosMM's optimal plans (tests/test_plan_exact.py): under aot_eager the MILP proves them optimal, so the gap is
-    0 up to rounding; under inductor no bound is claimed. Under inductor backward's loops write their gradients in
-    place over the values they read last, so one cos fewer is recomputed at each budget."""
+    """CosMM's optimal plans (tests/test_plan_exact.py). Under aot_eager the MILP's rows relax the simulation, so
+    its bound is a true lower bound: the gap is in [0, 1) (each cos's derivative, -sin, may be computed in the
+    forward and saved as torch's min-cut partition does; the rows count what that holds live only through the
+    factor, so the bound is no longer tight); under inductor no bound is claimed. Under inductor backward's loops
+    write their gradients in place over the values they read last, so one cos fewer is recomputed at each budget."""
     fewer = 1 if inner == "inductor" else 0
     for budget, cost in ((5 * MIB + 16, (5 - fewer) * COS + MM), (6 * MIB + 16, (5 - fewer) * COS)):
         plan = remat.explain(CosMM(), cosmm_input(), memory_budget=budget, solver="optimal", inner=inner)
@@ -111,7 +113,7 @@ def test_gap_on_the_exact_graph(inner):
         if inner == "inductor":
             assert plan.gap is None
         else:
-            assert plan.gap is not None and 0 <= plan.gap < 1e-9
+            assert plan.gap is not None and 0 <= plan.gap < 1
 
 
 def check_graph(seed: int, inner: str) -> tuple[float, list[float]]:

@@ -41,10 +41,28 @@ def test_no_budget_saves_what_the_default_partition_saves(joint):
     outputs = list(fw.graph.find_nodes(op="output"))[0].args[0][joint.num_fwd_outputs :]
     graph = capture(joint.joint, joint.num_fwd_outputs)
     default_storages = {graph[n.name].storage for n in outputs if graph[graph[n.name].storage].role is Role.FORWARD}
-    p = plan(joint, memory_budget=None, inner="aot_eager")
+    p = plan(joint, memory_budget=None, inner="eager")  # plain eager autograd: no partitioner
     assert p.baseline.kind == "default partition"
     assert {graph[n].storage for n in p.saved} == default_storages
     assert p.saved_bytes == 10 * MIB == sum(graph[s].nbytes for s in default_storages)
+
+
+def test_no_budget_under_aot_eager_saves_what_min_cut_saves(joint):
+    """Plain torch.compile(backend="aot_eager") partitions with the min-cut partitioner too: remat's None plan under
+    aot_eager is that partition, and runs its modules."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    gm = copy.deepcopy(joint.joint)
+    fw, _ = min_cut_rematerialization_partition(gm, None, num_fwd_outputs=joint.num_fwd_outputs)
+    outputs = list(fw.graph.find_nodes(op="output"))[0].args[0][joint.num_fwd_outputs :]
+    planned = plan_joint(copy.deepcopy(joint.joint), joint.num_fwd_outputs, RematConfig(inner="aot_eager"))
+    p = planned.plan
+    assert p.baseline.kind == "aot_eager min-cut partition"
+    assert planned.resolved.saved | planned.resolved.inputs == {n.name for n in outputs}
+    assert planned.inner_modules is not None
+    assert p.saved_bytes == 10 * MIB == p.baseline.saved_bytes
+    assert {d.op for d in p.decisions if d.action is remat.Action.RECOMPUTE} == {"aten.sin.default", "aten.neg.default"}
+    assert p.peak_bytes == p.baseline.peak_bytes == 11 * MIB + LOSS
 
 
 def test_no_budget_under_inductor_saves_what_min_cut_saves(joint):
@@ -142,10 +160,11 @@ def test_measured_peak_matches_simulation_with_aot_eager():
 
 # contiguous=True: (budget, saved MiB, peak MiB, recomputed cos, recomputed mm). Saved values live in an arena the
 # pool holds for the whole step, each copied there as it is computed (its own 1 MiB freed at once): the arena never
-# shrinks in backward, so keeping all 10 values peaks at 13 MiB (arena + the gradient, sin and neg of one layer).
+# shrinks in backward, so keeping all 10 values peaks at 12 MiB: the arena, and the last layer's sin and neg, which
+# aot_eager's min-cut partition (the baseline) computes in backward.
 CONTIGUOUS = [
-    (None, 10, 13, 0, 0),
-    (12 * MIB + 16, 9, 12, 1, 0),
+    (None, 10, 12, 0, 0),
+    (11 * MIB + 16, 8, 11, 2, 0),
     (10 * MIB + 16, 7, 10, 3, 0),
     (9 * MIB + 16, 6, 9, 4, 0),
 ]

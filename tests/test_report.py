@@ -161,7 +161,7 @@ def test_summary_in_words(cosmm):
     assert f"({fmt_flops(5 * COS + MM)}, +{100 * (5 * COS + MM) / FORWARD:.1f}% of forward flops)" in text
     assert "peak 5.0 MiB of budget 5.0 MiB (baseline peak 11.0 MiB)" in text
     none = plan(cosmm, memory_budget=None).summary()
-    assert none.startswith("no memory_budget: the default partition: saves 10.0 MiB of 10.0 MiB")
+    assert none.startswith("no memory_budget: the aot_eager min-cut partition: saves 10.0 MiB of 10.0 MiB")
     assert "recomputes nothing" in none
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..capture import Graph, Role
+from ..capture import BACKWARD_FORMULA, Graph, Role
 from . import fusion
 
 PRIMAL, TANGENT, FORWARD, BACKWARD, OUTPUT = range(5)
@@ -74,7 +74,7 @@ def arrays(graph: Graph) -> Arrays:
         users=tuple(tuple(index[u] for u in v.users) for v in graph.values),
         is_view=tuple(v.is_view for v in graph.values),
         reuse_keys=tuple((v.dtype, v.nbytes) for v in graph.values),
-        formula=tuple("backward_formula" in v.tags for v in graph.values),
+        formula=tuple(BACKWARD_FORMULA in v.tags for v in graph.values),
         heavy=tuple(v.device == "cpu" and v.op in fusion.HEAVY_CPU for v in graph.values),
         acc_reads=tuple(fusion.ACC_READS_LIMIT.get(v.device, fusion.ACC_READS_DEFAULT) for v in graph.values),
         numel=tuple(_numel(v.shape) for v in graph.values),

@@ -14,6 +14,7 @@ from typing import Mapping
 
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem
+from .schedule import forward_ids
 from .simulate import lifetimes
 
 
@@ -36,10 +37,16 @@ def liveness(problem: Problem) -> Liveness:
     end of the forward and to its last backward reader, a recomputed one from its first backward reader to its last
     (in the all-recomputed plan chains reach further back, and readers recomputed only there read it later). What
     belongs to no candidate (backward temporaries, values only the outputs need) is `base`, the smaller of the two
-    plans' counts per row, plus the forward part of each candidate the outputs need."""
+    plans' counts per row, plus the forward part of each candidate the outputs need. A value kept in the forward
+    only for a gradient formula's factor computed there (aot_eager) is counted with that factor (_held_for)."""
     a = problem.arrays
-    required = [i for i in range(len(a.names)) if a.names[i] in problem.fw_required]
-    rows = [a.names[i] for i in sorted(required)] + list(problem.backward)
+    every_saved, every_recomputed = problem.resolve(()), problem.resolve(problem.choosable)
+    # The forward rows: the steps of the forward that saves everything, which every other plan's forward runs a
+    # subset of. A value traced after the first backward node but computed from forward values alone (a gradient
+    # formula's factor) runs at the end of that forward only where it is saved; elsewhere its row is the moment
+    # between the forward and the backward.
+    required = sorted(set(forward_ids(problem, every_saved)) | {a.index[n] for n in problem.fw_required})
+    rows = [a.names[i] for i in required] + list(problem.backward)
     row_of = {a.index[name]: r for r, name in enumerate(rows)}
     candidates = {a.index[n] for n in problem.candidates}
     reads: dict[int, tuple[int, int]] = {}  # storage → first and last row of a backward node reading it
@@ -50,8 +57,12 @@ def liveness(problem: Problem) -> Liveness:
     fw_end = len(required) - 1
     spans: dict[str, dict[str, list[tuple[int, int, int]]]] = {"saved": {}, "recomputed": {}, "forward": {}}
     arena: dict[str, tuple[int, int, int]] = {}  # contiguous=True: a saved candidate's arena slot, every row
+    held: list[tuple[str, str, tuple[int, int, int]]] = []  # (saved factor, value it holds, term): _held_for
+    aliases: dict[int, list[int]] = {}  # storage → the nodes living in it (its owner and the owner's views)
+    for i, o in enumerate(a.storage):
+        aliases.setdefault(o, []).append(i)
     bases = []
-    for which, resolved in (("saved", problem.resolve(())), ("recomputed", problem.resolve(problem.choosable))):
+    for which, resolved in (("saved", every_saved), ("recomputed", every_recomputed)):
         life = lifetimes(problem, resolved)
         steps = life.fw + life.bw
         at = [
@@ -82,6 +93,8 @@ def liveness(problem: Problem) -> Liveness:
             elif which == "saved":
                 # saved: live to the end of the forward and to its last backward reader at least (only here do
                 # must-recompute readers read it, and a value not saved here is saved for a recomputed reader)
+                if owner not in kept and final < len(life.fw):
+                    held += _held_for(problem, resolved, life.fw[final], aliases, owner, row_of, (lo, hi))
                 hi = min(hi, max(reads.get(owner, (0, -1))[1], fw_end)) if owner in kept else fw_end
                 if lo <= hi:
                     spans["saved"].setdefault(name, []).append((lo, hi, term[2]))
@@ -115,6 +128,11 @@ def liveness(problem: Problem) -> Liveness:
     for name, terms in spans["saved"].items():
         after = max((hi for _, hi, _ in spans["forward"].get(name, ())), default=-1)
         saved[name] = tuple((max(lo, after + 1), hi, size) for lo, hi, size in terms if hi > after)
+    for factor, value, (lo, hi, size) in held:
+        # Live there when the factor is saved, counted with the factor; the value's own saved term leaves those rows
+        # out (saved without the factor, it is live there uncounted: the rows stay a relaxation).
+        saved[factor] = saved.get(factor, ()) + ((lo, hi, size),)
+        saved[value] = tuple(_cut(saved.get(value, ()), lo, hi))
     outputs = {a.storage[a.index[o]] for o in problem.graph.fw_outputs}
     for name, term in arena.items():
         # Saved, the value lives in its slot at every row, and its own storage only where it is computed: the
@@ -127,3 +145,55 @@ def liveness(problem: Problem) -> Liveness:
         types.MappingProxyType(saved),
         types.MappingProxyType({n: tuple(t) for n, t in spans["recomputed"].items()}),
     )
+
+
+def _cut(terms, lo: int, hi: int):
+    """`terms` without rows lo..hi."""
+    for first, last, size in terms:
+        if first < lo:
+            yield first, min(last, lo - 1), size
+        if last > hi:
+            yield max(first, hi + 1), last, size
+
+
+def _held_for(problem: Problem, every_saved, reader: int, aliases, owner: int, row_of, rows: tuple[int, int]):
+    """A forward value that the forward's outputs no longer need can still be read at the end of the forward by a
+    gradient formula's factor that runs there because it is saved (aot_eager keeps the joint graph's order): in the
+    plan saving everything, `owner` lives over `rows` up to `reader`. It does so in every plan saving that factor,
+    so the rows past its last needed reader are counted with the factor (and left out of the value's own saved term,
+    so that a plan saving both counts them once). [] when no such reader holds it."""
+    a = problem.arrays
+    lo, hi = rows
+    needed = [
+        row_of[u]
+        for j in aliases[owner]
+        for u in a.users[j]
+        if a.role[u] != BACKWARD_ROLE and a.names[u] in problem.fw_required and u in row_of
+    ]
+    if a.names[owner] in problem.fw_required:
+        needed.append(row_of[owner])
+    start = max(needed, default=lo - 1) + 1
+    if start > hi:
+        return []
+    factor = _saved_reader(problem, every_saved, reader)
+    if factor is None:
+        return []
+    return [(factor, a.names[owner], (start, hi, a.nbytes[owner]))]
+
+
+def _saved_reader(problem: Problem, every_saved, start: int) -> str | None:
+    """`start` if saved, else the first saved forward value (in joint order) computed from it: the factor whose
+    being saved makes the forward compute `start`."""
+    a = problem.arrays
+    seen, stack = set(), [start]
+    found = []
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        if a.names[i] in every_saved.saved:
+            found.append(i)
+            continue
+        stack.extend(u for u in a.users[i] if a.role[u] != BACKWARD_ROLE)
+    return a.names[min(found)] if found else None

@@ -46,8 +46,9 @@ class Decision:
 @dataclasses.dataclass(frozen=True)
 class Baseline:
     """Figures of the inner compiler's own plan, the one `memory_budget=None` runs: `kind` names it ("inductor
-    min-cut partition" under inductor; "default partition", which saves everything backward reads, under aot_eager
-    and eager; "+ checkpoint regions" when the model marks its own)."""
+    min-cut partition", "aot_eager min-cut partition": torch's min-cut partitioner, as plain torch.compile with that
+    backend runs it; "default partition", which saves everything backward reads, under eager and with a policy or a
+    save list; "+ checkpoint regions" when the model marks its own)."""
 
     saved_bytes: int
     peak_bytes: int

@@ -40,8 +40,8 @@ class Resolved:
 @dataclasses.dataclass(frozen=True)
 class BaselineSpec:
     """What the inner compiler alone would save: the plan `memory_budget=None` runs and fraction 1.0 resolves to.
-    Either an exact saved set (inductor: the nodes torch's min-cut partitioner saves) or a choice of values to
-    recompute (the default partition: none, plus what checkpoint regions in the model recompute)."""
+    Either an exact saved set (inductor, aot_eager: the nodes torch's min-cut partitioner saves) or a choice of
+    values to recompute (the default partition: none, plus what checkpoint regions in the model recompute)."""
 
     kind: str = "default partition"
     saved: frozenset[str] | None = None
