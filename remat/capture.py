@@ -85,6 +85,12 @@ class Graph:
                 stack.extend(i for i in self[name].inputs if self[i].role is Role.FORWARD)
         return frozenset(seen)
 
+    @functools.cached_property
+    def formula_values(self) -> frozenset[str]:
+        """Forward values traced in the backward pass (gradient-formula factors computed from forward values alone,
+        forward only under capture's min-cut view): what torch's default partition computes in backward."""
+        return frozenset(v.name for v in self.values if v.role is Role.FORWARD and BACKWARD_FORMULA in v.tags)
+
     def __getitem__(self, name: str) -> Value:
         return self.by_name[name]
 

@@ -110,7 +110,7 @@ def _plan_joint(
     frugal: bool,
 ) -> Planned:
     spec, modules = baseline_of(joint, num_fwd_outputs, config, static_lifetime_input_indices)
-    graph = capture(joint, num_fwd_outputs, traced_backward=spec.saved is None)
+    graph = capture(joint, num_fwd_outputs, traced_backward=not min_cut_view(config))
     table = costs(joint, graph)
     # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.
     constraints = annotate(
@@ -123,10 +123,13 @@ def _plan_joint(
         regions=config.memory_budget is None,
         hooked=hooked,
     )
-    if spec.saved is None and config.memory_budget is not None and region_count(joint):
-        spec = BaselineSpec(
-            "default partition + checkpoint regions", chosen=frozenset(checkpoint_regions(joint, graph).must_recompute)
-        )
+    if spec.saved is None:
+        # The default partition computes gradient formulas in backward: under the min-cut view they are forward
+        # values it recomputes.
+        chosen = set(graph.formula_values)
+        if config.memory_budget is not None and region_count(joint):
+            chosen |= checkpoint_regions(joint, graph).must_recompute.keys()
+        spec = dataclasses.replace(spec, chosen=frozenset(chosen))
     fuses = config.inner == "inductor"
     problem = build_problem(
         graph,
@@ -180,16 +183,25 @@ def on_own_thread(fn: Callable[..., Any], *args: Any) -> Any:
 MIN_CUT_INNERS = ("inductor", "aot_eager")
 
 
+def min_cut_view(config: RematConfig) -> bool:
+    """Whether remat plans the joint graph as torch's min-cut partitioner sees it (its common subexpressions merged,
+    gradient-formula factors computed from forward values alone free to run in the forward and be saved): under
+    the inner compilers that partition with it, with or without a save list, so that a plan with `save_ops` and one
+    without choose from the same graph. A policy keeps the graph as traced (it decides for forward ops only)."""
+    return config.inner in MIN_CUT_INNERS and config.policy is None
+
+
 def baseline_of(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig, static_lifetime_input_indices=None):
     """The inner compiler's own partition of `joint`: (BaselineSpec, its modules or None). Under inductor and
     aot_eager that is torch's min-cut partitioner, run as plain `torch.compile` with that backend runs it (the user's
     functorch config applies); under eager (no partitioner: autograd saves what the backward reads) the default
     partition."""
-    if config.inner not in MIN_CUT_INNERS or config.policy is not None or config.save_ops:
+    if min_cut_view(config):
+        _torch.min_cut_cse(joint)
+    if not min_cut_view(config) or config.save_ops:
         # A policy or save list is remat's own: plain torch.compile has no such thing, so the baseline is then the
         # default partition under the user's rules.
         regions = region_count(joint)
         return BaselineSpec("default partition + checkpoint regions" if regions else "default partition"), None
-    _torch.min_cut_cse(joint)
     fw, bw, saved = _torch.min_cut_partition(joint, num_fwd_outputs, static_lifetime_input_indices, merged=True)
     return BaselineSpec(f"{config.inner} min-cut partition", saved=frozenset(saved)), (fw, bw)

@@ -411,7 +411,8 @@ def test_partition_over_tensor_parallel_group_keeps_half_of_replicated_activatio
     for result in found:
         assert result["equal"]
         partitioned = result["partitioned"]
-        assert len(partitioned) >= 4, partitioned  # per block: the two layer norms' outputs at least
+        # the replicated values aot_eager's min-cut partition (the baseline) saves: the residual sums at least
+        assert len(partitioned) >= 3, partitioned
         assert all(2 * kept == nbytes for _, nbytes, kept in partitioned)
         # the runtime's shard ops keep exactly the planned halves
         assert result["shard"] == [len(partitioned), sum(kept for _, _, kept in partitioned)]

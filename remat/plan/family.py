@@ -23,7 +23,7 @@ HEAVY_OPS = SAVED_OPS | {"aten.convolution.default"}
 
 def heuristic_family(evaluator: Evaluator, parts: tuple[str, ...] = ("greedy", "mincut-sweep")) -> list[Scored]:
     """The baseline, the recipes and the proposals of the `parts` builders (BUILDERS), with their variants."""
-    members = [evaluator.baseline()] + evaluator.family("recipes", recipe_family)
+    members = [evaluator.baseline(), *_default_partition(evaluator)] + evaluator.family("recipes", recipe_family)
     members += [s for part in parts for s in evaluator.family(part, BUILDERS[part])]
     saving = _random_ops_saved(evaluator.problem)
     if saving is not None:
@@ -33,6 +33,16 @@ def heuristic_family(evaluator: Evaluator, parts: tuple[str, ...] = ("greedy", "
         inner = evaluator.variant(f"saving {kind}", kept)
         members += heuristic_family(inner, parts)
     return members
+
+
+def _default_partition(evaluator: Evaluator) -> list[Scored]:
+    """torch's default partition (gradient formulas computed in backward), where it is not the baseline already:
+    the baseline of a plan with a save list, so a plan without one chooses from it too."""
+    problem = evaluator.problem
+    formulas = problem.graph.formula_values
+    if not formulas or problem.baseline.saved is None:
+        return []
+    return [evaluator.score(formulas, "default partition")]
 
 
 def recipe_family(problem: Problem, evaluator: Evaluator) -> list[Scored]:
