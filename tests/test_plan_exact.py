@@ -47,34 +47,31 @@ def test_no_budget_saves_what_the_default_partition_saves(joint):
     assert p.saved_bytes == 10 * MIB == sum(graph[s].nbytes for s in default_storages)
 
 
-def test_no_budget_under_aot_eager_saves_what_min_cut_saves(joint):
-    """Plain torch.compile(backend="aot_eager") partitions with the min-cut partitioner too: remat's None plan under
-    aot_eager is that partition, and runs its modules."""
+def planned_against_min_cut(joint, inner):
+    """remat's None plan under `inner`, after checking it saves what torch's min-cut partitioner saves."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     gm = copy.deepcopy(joint.joint)
     fw, _ = min_cut_rematerialization_partition(gm, None, num_fwd_outputs=joint.num_fwd_outputs)
     outputs = list(fw.graph.find_nodes(op="output"))[0].args[0][joint.num_fwd_outputs :]
-    planned = plan_joint(copy.deepcopy(joint.joint), joint.num_fwd_outputs, RematConfig(inner="aot_eager"))
-    p = planned.plan
-    assert p.baseline.kind == "aot_eager min-cut partition"
+    planned = plan_joint(copy.deepcopy(joint.joint), joint.num_fwd_outputs, RematConfig(inner=inner))
+    assert planned.plan.baseline.kind == f"{inner} min-cut partition"
     assert planned.resolved.saved | planned.resolved.inputs == {n.name for n in outputs}
     assert planned.inner_modules is not None
+    return planned.plan
+
+
+def test_no_budget_under_aot_eager_saves_what_min_cut_saves(joint):
+    """Plain torch.compile(backend="aot_eager") partitions with the min-cut partitioner too: remat's None plan under
+    aot_eager is that partition, and runs its modules."""
+    p = planned_against_min_cut(joint, "aot_eager")
     assert p.saved_bytes == 10 * MIB == p.baseline.saved_bytes
     assert {d.op for d in p.decisions if d.action is remat.Action.RECOMPUTE} == {"aten.sin.default", "aten.neg.default"}
     assert p.peak_bytes == p.baseline.peak_bytes == 11 * MIB + LOSS
 
 
 def test_no_budget_under_inductor_saves_what_min_cut_saves(joint):
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
-    gm = copy.deepcopy(joint.joint)
-    fw, _ = min_cut_rematerialization_partition(gm, None, num_fwd_outputs=joint.num_fwd_outputs)
-    outputs = list(fw.graph.find_nodes(op="output"))[0].args[0][joint.num_fwd_outputs :]
-    planned = plan_joint(copy.deepcopy(joint.joint), joint.num_fwd_outputs, RematConfig(inner="inductor"))
-    p = planned.plan
-    assert p.baseline.kind == "inductor min-cut partition"
-    assert planned.resolved.saved | planned.resolved.inputs == {n.name for n in outputs}
+    p = planned_against_min_cut(joint, "inductor")
     # min-cut keeps each mm output (for sin in backward) and each cos output through its transpose (for the weight
     # gradient): 10 values of 1 MiB, as the default partition; the backward-traced sin and neg stay in backward.
     assert p.saved_bytes == 10 * MIB == p.baseline.saved_bytes
