@@ -45,8 +45,8 @@ def liveness(problem: Problem) -> Liveness:
     # subset of. A value traced after the first backward node but computed from forward values alone (a gradient
     # formula's factor) runs at the end of that forward only where it is saved; elsewhere its row is the moment
     # between the forward and the backward.
-    required = sorted(set(forward_ids(problem, every_saved)) | {a.index[n] for n in problem.fw_required})
-    rows = [a.names[i] for i in required] + list(problem.backward)
+    forward_rows = sorted(set(forward_ids(problem, every_saved)) | {a.index[n] for n in problem.fw_required})
+    rows = [a.names[i] for i in forward_rows] + list(problem.backward)
     row_of = {a.index[name]: r for r, name in enumerate(rows)}
     candidates = {a.index[n] for n in problem.candidates}
     reads: dict[int, tuple[int, int]] = {}  # storage → first and last row of a backward node reading it
@@ -54,7 +54,7 @@ def liveness(problem: Problem) -> Liveness:
         r = row_of[a.index[name]]
         for j in a.inputs[a.index[name]]:
             reads[a.storage[j]] = (reads.get(a.storage[j], (r, r))[0], r)
-    fw_end = len(required) - 1
+    fw_end = len(forward_rows) - 1
     spans: dict[str, dict[str, list[tuple[int, int, int]]]] = {"saved": {}, "recomputed": {}, "forward": {}}
     arena: dict[str, tuple[int, int, int]] = {}  # contiguous=True: a saved candidate's arena slot, every row
     held: list[tuple[str, str, tuple[int, int, int]]] = []  # (saved factor, value it holds, term): _held_for
@@ -94,7 +94,7 @@ def liveness(problem: Problem) -> Liveness:
                 # saved: live to the end of the forward and to its last backward reader at least (only here do
                 # must-recompute readers read it, and a value not saved here is saved for a recomputed reader)
                 if owner not in kept and final < len(life.fw):
-                    held += _held_for(problem, resolved, life.fw[final], aliases, owner, row_of, (lo, hi))
+                    held += _held_for(problem, every_saved, life.fw[final], aliases, owner, row_of, (lo, hi))
                 hi = min(hi, max(reads.get(owner, (0, -1))[1], fw_end)) if owner in kept else fw_end
                 if lo <= hi:
                     spans["saved"].setdefault(name, []).append((lo, hi, term[2]))
@@ -168,7 +168,7 @@ def _held_for(problem: Problem, every_saved, reader: int, aliases, owner: int, r
         row_of[u]
         for j in aliases[owner]
         for u in a.users[j]
-        if a.role[u] != BACKWARD_ROLE and a.names[u] in problem.fw_required and u in row_of
+        if a.role[u] != BACKWARD_ROLE and a.names[u] in problem.fw_required
     ]
     if a.names[owner] in problem.fw_required:
         needed.append(row_of[owner])
