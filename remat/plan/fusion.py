@@ -258,7 +258,8 @@ def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segm
                     continue
                 k = j + n if in_bw and recomputed[j] else plain[j]
                 if k >= 0 and k not in taken and last[k] == step and 0 <= alloc[k] < step:
-                    if not _sole_reader(a, i, [r for r in readers[j] if segment[r] == segment[i]]):
+                    others = tuple(r for r in readers[j] if segment[r] == segment[i] and r != i)
+                    if not _sole_reader(a, i, others, problem.sole_readers):
                         continue
                     taken.add(k)
                     last[k] = step - 1
@@ -281,14 +282,24 @@ def segments(a, bw: list[int], recomputed, hoists: bool) -> list[int]:
     return segment
 
 
-def _sole_reader(a, i: int, loops: list[int]) -> bool:
-    """Whether loop `i` may take over a buffer the loops `loops` of its segment read: inductor writes in place only
-    when every other loop reading the buffer is one `i` depends on or ran in an earlier kernel. A loop of the same
+def _sole_reader(a, i: int, others: tuple[int, ...], memo: dict[tuple[int, tuple[int, ...]], bool]) -> bool:
+    """Whether loop `i` may take over a buffer the loops `others` of its segment read too: inductor writes in place
+    only when every other loop reading the buffer is one `i` depends on or ran in an earlier kernel. A loop of the same
     segment reading the same buffer that `i` does not depend on is fused with `i` into one kernel (they share the
-    read), so the buffer is still being read while `i` writes; one of another segment ran in a kernel of its own."""
-    others = [r for r in loops if r != i]
+    read), so the buffer is still being read while `i` writes; one of another segment ran in a kernel of its own.
+    The answer depends on the graph alone: `memo` (Problem.sole_readers) keeps it for the next plan that asks."""
     if not others:
         return True
+    key = (i, others)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _ancestors_all(a, i, others)
+    return found
+
+
+def _ancestors_all(a, i: int, others: tuple[int, ...]) -> bool:
+    """Whether every node of `others` is an ancestor of node `i` (a search back from `i`, no deeper than the lowest
+    of them: positions are in graph order, so an ancestor precedes what reads it)."""
     lowest = min(others)
     pending, seen = set(others), {i}
     stack = [i]

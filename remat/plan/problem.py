@@ -84,6 +84,12 @@ class Problem:
         return self._solver_costs[name]
 
     @functools.cached_property
+    def sole_readers(self) -> dict[tuple[int, tuple[int, ...]], bool]:
+        """The simulation's memo of which loops depend on which (fusion._sole_reader): a fact of the graph, asked
+        again by every plan simulated."""
+        return {}
+
+    @functools.cached_property
     def _solver_costs(self) -> dict[str, float]:
         # Made once per problem: the solvers ask for it for every value of every plan they score.
         preference, costs = self.constraints.preference, self.costs
