@@ -189,15 +189,21 @@ def expand(a, i: int, inlined: bytearray, memo: dict[int, tuple[int, ...]]) -> t
     return result
 
 
-def reuse(spans: list[tuple[int, int, int]], keys: Sequence, boundary: int) -> list[tuple[int, int, int]]:
+def reuse(
+    spans: list[tuple[int, int, int]], keys: Sequence, boundary: int, self_allocated: Sequence[bool] = ()
+) -> list[tuple[int, int, int]]:
     """inductor's buffer reuse: a buffer its module allocated and no longer reads is not freed at once but kept for
     the module's next allocation of the same dtype and size (the most recently released first), so it stays live
     until then. `spans`: (owner, first step, last step); `keys[owner]`: what must match; `boundary`: the first
     backward step. Forward and backward are separate modules: a buffer is reused only within the module that
-    allocated and released it, and values passed from one to the other are never reused."""
+    allocated and released it, and values passed from one to the other are never reused. A value a library call
+    allocates itself (`self_allocated[owner]`: a fallback kernel's output, its scratch) takes no held buffer, and
+    is freed when released: inductor keys it apart as a buffer of unknown alignment (codegen/wrapper.py
+    buffer_reuse_key), which none of its own allocations matches."""
     firsts = [first for _, first, _ in spans]
     lasts = [last for _, _, last in spans]
     key = [keys[owner] for owner, _, _ in spans]
+    takes = [not self_allocated[owner] for owner, _, _ in spans] if self_allocated else [True] * len(spans)
     ends = list(lasts)
     for module in (
         [k for k in range(len(spans)) if firsts[k] < boundary and lasts[k] < boundary],
@@ -213,9 +219,10 @@ def reuse(spans: list[tuple[int, int, int]], keys: Sequence, boundary: int) -> l
             step = firsts[k]
             while released < len(releases) and lasts[releases[released]] < step:
                 free = releases[released]
-                pool.setdefault(key[free], []).append(free)
+                if takes[free]:
+                    pool.setdefault(key[free], []).append(free)
                 released += 1
-            taken = pool.get(key[k])
+            taken = pool.get(key[k]) if takes[k] else None
             if taken:
                 ends[taken.pop()] = step - 1  # held until this allocation takes it over (the most recent first)
     out = list(spans)
@@ -237,6 +244,7 @@ def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segm
     a = problem.arrays
     n = len(a.names)
     storage, kinds, keys, plain = a.storage, a.kinds, a.reuse_keys, problem.instances
+    flat_view = a.flat_view or (False,) * n
     leaving = {a.index[s] for s in resolved.moves}
     taken: set[int] = set()
     step = -1
@@ -252,13 +260,14 @@ def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segm
             if i not in loops_set:
                 continue
             for j in expand(a, i, inside, memo):
-                if storage[j] != j or keys[j] != keys[i] or j in leaving:
+                o = storage[j]
+                if (o != j and not flat_view[j]) or keys[o] != keys[i] or o in leaving:
                     continue
-                if in_bw and recomputed[j] and kinds[j] != OPAQUE:
+                if in_bw and recomputed[o] and kinds[o] != OPAQUE:
                     continue
-                k = j + n if in_bw and recomputed[j] else plain[j]
+                k = o + n if in_bw and recomputed[o] else plain[o]
                 if k >= 0 and k not in taken and last[k] == step and 0 <= alloc[k] < step:
-                    others = tuple(r for r in readers[j] if segment[r] == segment[i] and r != i)
+                    others = tuple(r for r in readers[o] if segment[r] == segment[i] and r != i)
                     if not _sole_reader(a, i, others, problem.sole_readers):
                         continue
                     taken.add(k)
