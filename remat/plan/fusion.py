@@ -6,7 +6,8 @@ inductor does not run the forward and backward modules node by node. The simulat
 - ``add(mm(a, b), c)`` becomes one ``addmm(c, a, b)`` that runs where the add runs, so ``a`` and ``b`` stay live
   until then (a tied embedding's weight gradient keeps the logits' gradient until the end of backward);
 - a buffer a module allocated and no longer reads is kept for the module's next allocation of the same dtype and
-  size, so it stays live until then;
+  size, so it stays live until then; a library call's own result (a fallback kernel's) neither takes such a buffer
+  nor is kept;
 - recomputation runs where the schedule puts it: remat numbers each run of recomputed nodes in the backward module
   (rewrite/split.mark_blocks) and, while inductor lowers it, refuses horizontal fusion across runs
   (_torch.fusion_barrier). On a torch without that hook inductor fuses a recomputed loop computed from saved values
@@ -20,8 +21,8 @@ inductor does not run the forward and backward modules node by node. The simulat
 - a forward value the joint graph traces in its backward part (a gradient formula's factor the partition saves) is
   computed with the loops that produce its inputs, not after the whole forward (schedule.forward_ids);
 - a module's kernels run in inductor's least-peak-first order when its estimate finds that lower (reorder.py), and
-  a loop writes its output over a buffer of its size it reads for the last time, unless a loop it does not
-  depend on reads that buffer too (in_place).
+  a loop writes its output over a buffer of its size it reads for the last time (itself or through reshapes),
+  unless a loop it does not depend on reads that buffer too (in_place).
 
 Pure functions of the graph facts and the plan; forward and backward (with its recomputation) are separate modules,
 as each is its own inductor graph.
@@ -234,11 +235,12 @@ def reuse(
 
 def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segment) -> None:
     """inductor's in-place buffers (torch._inductor.config.inplace_buffers): a loop that reads a buffer for the last
-    time, element for element as it writes its output (not through a view), and of the same dtype and size, writes
-    its output into that buffer, which ends the step before (`last`). A saved value counts: backward frees the
-    values it is handed. Not a recomputed loop's buffer: inductor computes a recomputed loop inside the kernels of
-    its segment that read it more often than fusion.inlined finds, and a buffer that is never written out is not
-    there to take. Values that leave the device keep their own lifetimes (simulate._split_transfers).
+    time, element for element as it writes its output (itself or through reshapes alone: Arrays.flat_view), and of
+    the same dtype and size, writes its output into that buffer, which ends the step before (`last`). A saved value
+    counts: backward frees the values it is handed. Not a recomputed loop's buffer: inductor computes a recomputed
+    loop inside the kernels of its segment that read it more often than fusion.inlined finds, and a buffer that is
+    never written out is not there to take. Values that leave the device keep their own lifetimes
+    (simulate._split_transfers).
     `forward`, `backward`: each module's (schedule, values computed inside other kernels, fusion.expand's memo);
     `segment`: the backward segment of each node (`segments`; 0 in the forward), within which inductor fuses."""
     a = problem.arrays
