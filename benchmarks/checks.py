@@ -260,16 +260,18 @@ def none_vs_plain(rows: list[dict[str, Any]], inner: str) -> Finding:
 
 def none_vs_plain_time(rows: list[dict[str, Any]], inner: str) -> Finding:
     """remat with no budget against the plain compiled row: step time at most ``NONE_TIME_SLACK`` x the plain
-    row's (same run); each comparison over it also gives the two rows' own step-time spread."""
+    row's (same run). Where the run timed the two in alternation (the row's ``paired``, pairs.py) that ratio is
+    the one held to the limit; else the separate stretches', each comparison over it giving the two rows' own
+    step-time spread."""
     parts, over = [], []
     for model in _models(rows):
         r, c = _row(rows, model, "remat None"), _row(rows, model, inner)
         if r is None or c is None:
             continue
-        ratio, text = _time_ratio(r, c, NONE_TIME_SLACK)
+        ratio, text, times = _time_ratio(r, c, NONE_TIME_SLACK)
         if ratio > NONE_TIME_SLACK:
             over.append(f"{model} {text}")
-        parts.append(f"{model}: {r['step_ms']:.1f} vs {c['step_ms']:.1f} ms ({ratio:.2f}×)")
+        parts.append(f"{model}: {times} ({ratio:.2f}×)")
     if not parts:
         return Finding("none_vs_plain_time", None, f"`remat None` and `{inner}` rows not both measured.")
     text = (
@@ -287,9 +289,20 @@ def _spread(r: dict[str, Any]) -> float | None:
     return (max(times) - min(times)) / r["step_ms"] if len(times) > 1 else None
 
 
-def _time_ratio(r: dict[str, Any], ref: dict[str, Any], limit: float) -> tuple[float, str]:
-    """``r``'s step time over ``ref``'s, and that ratio as text; above ``limit`` the text adds the larger of the two
-    rows' own spreads and whether the excess over ``limit`` is within it."""
+def _time_ratio(r: dict[str, Any], ref: dict[str, Any], limit: float) -> tuple[float, str, str]:
+    """``r``'s step time over ``ref``'s, that ratio as text, and the two times as text. From ``r``'s ``paired``
+    timing when it was taken against ``ref`` (the text then gives the per-round ratios' quartiles), else from the
+    two rows' own stretches: above ``limit`` the text then adds the larger of the two rows' own spreads and
+    whether the excess over ``limit`` is within it."""
+    paired = r.get("paired")
+    if paired and paired.get("against") == ref["row"]:
+        ratio = paired["ratio"]
+        low, high = paired["round_ratio_quartiles"]
+        times = (
+            f"{paired['step_ms']:.1f} vs {paired['against_step_ms']:.1f} ms, timed in alternation over "
+            f"{paired['rounds']} rounds"
+        )
+        return ratio, f"{ratio:.2f}× (per-round ratios' quartiles {low:.2f}-{high:.2f})", times
     ratio = r["step_ms"] / ref["step_ms"]
     text = f"{ratio:.2f}×"
     spreads = [s for s in (_spread(r), _spread(ref)) if s is not None]
@@ -299,7 +312,7 @@ def _time_ratio(r: dict[str, Any], ref: dict[str, Any], limit: float) -> tuple[f
             f" (the two rows' own step-time spread is up to {noise:.0%}: the excess is "
             f"{'within' if ratio - limit <= noise else 'beyond'} it)"
         )
-    return ratio, text
+    return ratio, text, f"{r['step_ms']:.1f} vs {ref['step_ms']:.1f} ms"
 
 
 def least_vs_per_block(rows: list[dict[str, Any]]) -> Finding:
@@ -377,8 +390,8 @@ def recipe_step_time(rows: list[dict[str, Any]]) -> Finding:
         return Finding("recipe_step_time", None, "No `remat bytes = <recipe>` row next to its recipe row.")
     parts, slower = [], []
     for model, recipe, c, r in pairs:
-        ratio, text = _time_ratio(r, c, 1.0)
-        parts.append(f"{model} @ {recipe}: {ratio:.2f}×")
+        ratio, text, _ = _time_ratio(r, c, 1.0)
+        parts.append(f"{model} @ {recipe}: {ratio:.2f}×" + (" in alternation" if "quartiles" in text else ""))
         if ratio > 1.0:
             slower.append(f"{model} `{r['row']}` {text}")
     text = (

@@ -36,6 +36,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # the checkout's remat, and the si
 
 import torch  # noqa: E402
 
+import pairs  # noqa: E402
 import report  # noqa: E402
 import rows  # noqa: E402
 from workloads import WORKLOADS, on_device  # noqa: E402
@@ -104,6 +105,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--steps", type=int, default=None, help="timed steps per row (default: 10; 3 with --quick)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first, compile included (default: 2)")
+    parser.add_argument(
+        "--paired-rounds",
+        type=int,
+        default=None,
+        help="after each model's rows, time each step-time check's two rows in alternation, this many steps "
+        "each (pairs.py; the checks then read these ratios); 0 skips it (default: 15; 0 with --quick)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, inputs and the gradient check")
     parser.add_argument(
         "--threads",
@@ -146,6 +154,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.out = report.default_json(args.inner)
     if args.steps is None:
         args.steps = 3 if args.quick else 10
+    if args.paired_rounds is None:
+        args.paired_rounds = 0 if args.quick else 15
+    if args.paired_rounds and args.paired_rounds < 3:
+        parser.error(f"--paired-rounds {args.paired_rounds}: give at least 3 (quartiles need them), or 0 to skip")
     if args.device not in ("cpu", "cuda"):
         parser.error(f"--device {args.device}: choose cpu or cuda")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -209,7 +221,42 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]
                 print(f"{row['step_ms']:.1f} ms, peak {row['measured_peak_bytes'] / rows.MiB:.1f} MiB", flush=True)
                 peaks[spec.name] = row["measured_peak_bytes"]
             results.append(row)
+        if args.paired_rounds and any(r.get("kind") == "remat" for r in results if r["model"] == workload.name):
+            time_in_pairs(args, workload, peaks, [r for r in results if r["model"] == workload.name])
     return report.with_ratios(results), shapes
+
+
+PAIRED_FIELDS = ("against", "step_ms", "against_step_ms", "ratio", "round_ratio_quartiles", "rounds", "limit")
+
+
+def time_in_pairs(args: argparse.Namespace, workload: Any, peaks: dict[str, int], measured: list[dict]) -> None:
+    """The step-time checks' pairs of one model timed in alternation (pairs.py), each remat row of a pair rebuilt
+    as measured above (the recipe rows' peaks are its budgets); the result goes into that row as ``paired``, or
+    ``paired_error``."""
+    by_name = {r["row"]: r for r in measured}
+    print(f"   step-time pairs, {args.paired_rounds} rounds each ...", end=" ", flush=True)
+    try:
+        found = pairs.check_pairs(
+            workload,
+            args.paired_rounds,
+            args.warmup,
+            args.inner,
+            budget_of=lambda hand: peaks.get(hand.spec.name) or hand.peak(),
+            fallback_random=args.fallback_random,
+            compile_loss=args.compile_loss,
+        )
+    except Exception as exc:  # the rows stand without it; the checks then compare the separate stretches
+        traceback.print_exc()
+        for r in measured:
+            if r.get("kind") == "remat":
+                r["paired_error"] = f"{type(exc).__name__}: {exc}"
+        print("error", flush=True)
+        return
+    for p in found:
+        row = by_name.get(p["row"])
+        if row is not None and "error" not in row:
+            row["paired"] = {k: p[k] for k in PAIRED_FIELDS}
+    print(", ".join(f"{p['row']} {p['ratio']:.3f}x" for p in found), flush=True)
 
 
 SOLVER_FRACTIONS = (0.5, 0.0)

@@ -95,6 +95,39 @@ def test_none_vs_plain_time_allows_three_percent_and_reports_the_rows_spread():
     assert found.ok is False and "beyond" in found.text
 
 
+def paired(against, ratio, rounds=15):
+    return {
+        "against": against,
+        "step_ms": 100.0 * ratio,
+        "against_step_ms": 100.0,
+        "ratio": ratio,
+        "round_ratio_quartiles": (ratio - 0.02, ratio + 0.02),
+        "rounds": rounds,
+        "limit": 1.0,
+    }
+
+
+def test_step_time_checks_read_the_paired_timing_when_the_run_took_one():
+    plain = row("inductor", "compiled", 100, step_ms=100.0)
+    # separate stretches say 1.20x; timed in alternation the two are within 3%
+    none = remat_row("remat None", 100, 100, step_ms=120.0, paired=paired("inductor", 1.01))
+    found = checks.none_vs_plain_time([plain, none], "inductor")
+    assert found.ok is True and "101.0 vs 100.0 ms, timed in alternation over 15 rounds (1.01×)" in found.text
+    none["paired"] = paired("inductor", 1.05)
+    found = checks.none_vs_plain_time([plain, none], "inductor")
+    assert found.ok is False and "m 1.05× (per-round ratios' quartiles 1.03-1.07)" in found.text
+    # a pairing against another row is not this comparison's: the stretches decide
+    none["paired"] = paired("aot_eager", 1.0)
+    assert checks.none_vs_plain_time([plain, none], "inductor").ok is False
+
+    rows = recipe_rows(**{"per-block": {"step_ms": 250.0, "paired": paired("eager+checkpoint", 0.9)}})
+    found = checks.recipe_step_time(rows)
+    assert found.ok is True and "m @ per-block: 0.90× in alternation" in found.text
+    rows = recipe_rows(**{"op-SAC": {"paired": paired("op-SAC", 1.02)}})
+    found = checks.recipe_step_time(rows)
+    assert found.ok is False and "Slower on 1 of 3: m `remat bytes = op-SAC` 1.02× (per-round" in found.text
+
+
 def test_least_vs_per_block_on_every_model():
     rows = [
         row("eager+checkpoint", "checkpoint", 80),
@@ -213,11 +246,12 @@ class _Timed:
 
 def test_paired_time_alternates_the_rows_and_compares_medians():
     import paired_time
+    import pairs
 
     log = []
     a = _Timed("remat None", [10.0, 12.0, 11.0, 30.0, 10.0], log)
     b = _Timed("inductor", [10.0, 10.0, 10.0, 10.0, 50.0], log)
-    result = paired_time.pair("m", a, b, rounds=5, limit=1.03)
+    result = pairs.pair("m", a, b, rounds=5, limit=1.03)
     # one step of each per round, the order flipped every round
     assert log == ["remat None", "inductor", "inductor", "remat None"] * 2 + ["remat None", "inductor"]
     assert result["ratio"] == pytest.approx(11.0 / 10.0) and result["step_ms"] == 11.0
