@@ -3,33 +3,86 @@
 Heuristic solvers propose a *family* of choices that does not depend on the budget; `pick` then takes the cheapest
 one whose simulated peak meets the budget (ties: lower peak, then earlier in the family), or the least-peak one when
 none does. Because the family is fixed, a lower budget can only narrow the feasible set, so the chosen peak never
-rises as the budget falls. The evaluator is a solver's whole view of the planning: besides the problem and its
+rises as the budget falls. A candidate is simulated only when the pick's answer may depend on it (`pick`,
+`Scored.floor`). The evaluator is a solver's whole view of the planning: besides the problem and its
 simulations it carries how to pick (`Evaluator.pick`: cheapest, or frugal for a graph later graphs of its step follow)
 and how long an exact solver may search.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, TypeVar
 
 from .problem import Problem, Resolved
-from .simulate import Lifetimes, Timeline, lifetimes, simulate
+from .simulate import Lifetimes, Timeline, lifetimes, saved_floor, simulate
 
 T = TypeVar("T")
 RECENT = 16  # lifetimes kept for the plans simulated last: a walk reads them again for the plan it moves to
 
 
-@dataclasses.dataclass(frozen=True)
 class Scored:
-    chosen: frozenset[str]
-    resolved: Resolved
-    cost: float  # recompute cost as the solvers weigh it (flops scaled by preferences)
-    peak: int
-    saved: int
-    label: str = ""  # the recipe or partition this plan reproduces ("per-block checkpoint"); "" for a solver's own
-    bound: float | None = None  # a proved lower bound on the cost of any plan meeting the budget (optimal's MILP)
+    """One plan an evaluator scored: the values chosen, the sets they resolve to, the recompute cost as the solvers
+    weigh it (flops scaled by preferences) — and its simulated peak and saved bytes, simulated when first read.
+    `floor` bounds the peak from below without simulating (simulate.saved_floor), so a pick can pass over a plan
+    that cannot meet its budget, or cannot be the least peak, unsimulated. `label`: the recipe or partition the
+    plan reproduces ("per-block checkpoint"), "" for a solver's own; `bound`: a proved lower bound on the cost of
+    any plan meeting the budget (optimal's MILP)."""
+
+    __slots__ = ("chosen", "resolved", "cost", "label", "bound", "_peak", "_saved", "_floor", "_evaluator")
+
+    def __init__(
+        self,
+        chosen: frozenset[str],
+        resolved: Resolved,
+        cost: float,
+        peak: int | None = None,
+        saved: int | None = None,
+        label: str = "",
+        bound: float | None = None,
+        *,
+        floor: int = 0,
+        evaluator: "Evaluator | None" = None,
+    ):
+        if peak is None and evaluator is None:
+            raise ValueError("Scored: give its peak and saved bytes, or the evaluator that simulates them")
+        self.chosen, self.resolved, self.cost, self.label, self.bound = chosen, resolved, cost, label, bound
+        self._peak, self._saved, self._floor, self._evaluator = peak, saved, floor, evaluator
+
+    @property
+    def peak(self) -> int:
+        if self._peak is None:
+            self._simulate()
+        assert self._peak is not None
+        return self._peak
+
+    @property
+    def saved(self) -> int:
+        if self._saved is None:
+            self._simulate()
+        assert self._saved is not None
+        return self._saved
+
+    @property
+    def floor(self) -> int:
+        """The peak once simulated; before, a lower bound on it."""
+        return self._floor if self._peak is None else self._peak
+
+    def _simulate(self) -> None:
+        assert self._evaluator is not None
+        timeline = self._evaluator.timeline(self.resolved)
+        self._peak, self._saved = timeline.peak_bytes, timeline.saved_bytes
+        assert self._floor <= self._peak, "simulate.saved_floor must bound the simulated peak from below"
+
+    def with_bound(self, bound: float | None) -> "Scored":
+        """The same plan with a proved cost bound."""
+        other = Scored(self.chosen, self.resolved, self.cost, self._peak, self._saved, self.label, bound)
+        other._floor, other._evaluator = self._floor, self._evaluator
+        return other
+
+    def __repr__(self) -> str:
+        peak = "unsimulated" if self._peak is None else self._peak
+        return f"Scored({len(self.chosen)} chosen, cost={self.cost}, peak={peak}, label={self.label!r})"
 
 
 class Evaluator:
@@ -43,6 +96,7 @@ class Evaluator:
         self.frugal = frugal
         self._memo: dict[Resolved, tuple[float, Timeline]] = {}
         self._resolved: dict[frozenset[str], Resolved] = {}
+        self._floors: dict[Resolved, int] = {}
         self._recent: OrderedDict[Resolved, Lifetimes] = OrderedDict()
         self._families: dict[str, Any] = {}
         self._variants: dict[str, Evaluator] = {}
@@ -73,10 +127,12 @@ class Evaluator:
     def _entry(self, resolved: Resolved) -> tuple[float, Timeline]:
         hit = self._memo.get(resolved)
         if hit is None:
-            cost = sum(map(self.problem.solver_cost, resolved.recomputed))
-            hit = (cost, simulate(self.problem, resolved, self.lifetimes(resolved)))
+            hit = (self._cost(resolved), simulate(self.problem, resolved, self.lifetimes(resolved)))
             self._memo[resolved] = hit
         return hit
+
+    def _cost(self, resolved: Resolved) -> float:
+        return sum(map(self.problem.solver_cost, resolved.recomputed))
 
     def score(self, chosen: Iterable[str], label: str = "") -> Scored:
         chosen = frozenset(chosen)
@@ -86,8 +142,16 @@ class Evaluator:
         return self.score_resolved(resolved, chosen, label)
 
     def score_resolved(self, resolved: Resolved, chosen: frozenset[str] = frozenset(), label: str = "") -> Scored:
-        cost, timeline = self._entry(resolved)
-        return Scored(chosen, resolved, cost, timeline.peak_bytes, timeline.saved_bytes, label)
+        """The plan scored: its cost now, its peak and saved bytes simulated when first read (once per resolved plan:
+        the evaluator remembers them)."""
+        hit = self._memo.get(resolved)
+        if hit is not None:
+            cost, timeline = hit
+            return Scored(chosen, resolved, cost, timeline.peak_bytes, timeline.saved_bytes, label)
+        floor = self._floors.get(resolved)
+        if floor is None:
+            floor = self._floors[resolved] = saved_floor(self.problem, resolved)
+        return Scored(chosen, resolved, self._cost(resolved), label=label, floor=floor, evaluator=self)
 
     def baseline(self) -> Scored:
         """The inner compiler's own plan (Problem.baseline): what `memory_budget=None` runs."""
@@ -100,7 +164,7 @@ class Evaluator:
     def restricted(self, problem: Problem) -> "Evaluator":
         """An evaluator of `problem` (the same graph under more constraints) sharing this one's simulations."""
         other = Evaluator(problem, self.time_limit, self.frugal)
-        other._memo = self._memo
+        other._memo, other._floors = self._memo, self._floors
         return other
 
     def variant(self, name: str, problem: Problem) -> "Evaluator":
@@ -118,14 +182,36 @@ class Evaluator:
 
 
 def pick(family: list[Scored], budget: int | None) -> Scored:
-    """The cheapest member meeting `budget` (None: the first member), else the member with the least peak."""
+    """The cheapest member meeting `budget` (ties: the lower peak, then the earlier member; None: the first member),
+    else the member with the least peak (ties: the cheaper, then the earlier).
+
+    Members are simulated only as far as the answer needs: in order of cost, passing over those whose floor is
+    above the budget, up to the first that meets it and those as cheap as it; for the least peak, in order of
+    floor, up to the first floor above the least peak found. The answer is the one simulating every member gives."""
     if budget is None:
         return family[0]
-    order = range(len(family))
-    feasible = [i for i in order if family[i].peak <= budget]
-    if feasible:
-        return family[min(feasible, key=lambda i: (family[i].cost, family[i].peak, i))]
-    return family[min(order, key=lambda i: (family[i].peak, family[i].cost, i))]
+    found: int | None = None
+    for i in sorted(range(len(family)), key=lambda i: (family[i].cost, i)):
+        member = family[i]
+        if found is not None and member.cost > family[found].cost:
+            break
+        if member.floor <= budget and member.peak <= budget and (found is None or member.peak < family[found].peak):
+            found = i
+    return family[found] if found is not None else least_peak(family)
+
+
+def least_peak(family: list[Scored]) -> Scored:
+    """The member with the least peak (ties: the cheaper, then the earlier), simulating in order of floor only
+    the members that may have it."""
+    best: int | None = None
+    for i in sorted(range(len(family)), key=lambda i: (family[i].floor, i)):
+        member = family[i]
+        if best is not None and member.floor > family[best].peak:
+            break
+        if best is None or (member.peak, member.cost, i) < (family[best].peak, family[best].cost, best):
+            best = i
+    assert best is not None, "a family holds at least the inner compiler's own plan"
+    return family[best]
 
 
 def pick_frugal(family: list[Scored], budget: int, least: int) -> Scored:

@@ -258,4 +258,4 @@ def solve(problem: Problem, budget: int | None, evaluator: Evaluator) -> Scored:
     proved = [b for limit, b in stairs.bounds if limit >= budget and b is not None]
     if stairs.model.bounds:  # the tightest: the MILP for the budget itself (the plan stays the pool's)
         proved += [b for b in (_bound(stairs.model, budget, evaluator.time_limit),) if b is not None]
-    return dataclasses.replace(chosen, bound=max(proved, default=None))
+    return chosen.with_bound(max(proved, default=None))
