@@ -46,48 +46,6 @@ def test_reuse_holds_a_freed_buffer_until_the_next_allocation_of_its_size():
     assert fusion.reuse([(0, 0, 3), (2, 3, 5)], keys, boundary=100) == [(0, 0, 3), (2, 3, 5)]
 
 
-def test_a_library_call_allocates_its_own_output_and_its_buffer_is_not_held():
-    # owner 1 is the output of a fallback kernel (dropout under fallback_random): it takes no held buffer, so owner
-    # 0's buffer waits for owner 2; released, owner 1's buffer is freed, not held for owner 3
-    keys = ["A", "A", "A", "A"]
-    spans = [(0, 0, 1), (1, 2, 3), (2, 5, 9), (3, 7, 8)]
-    own = [False, True, False, False]
-    assert fusion.reuse(spans, keys, boundary=100, self_allocated=own) == [(0, 0, 4), (1, 2, 3), (2, 5, 9), (3, 7, 8)]
-    # were it inductor's own buffer, owner 1 would take owner 0's and owner 2 owner 1's
-    assert fusion.reuse(spans, keys, boundary=100) == [(0, 0, 1), (1, 2, 4), (2, 5, 9), (3, 7, 8)]
-
-
-def test_outputs_of_multi_output_library_ops_allocate_themselves():
-    x = torch.randn(64, 64, requires_grad=True)
-
-    def f(x):
-        return torch.nn.functional.dropout(x.sin(), 0.5, True).cumsum(0).sum()
-
-    with torch._inductor.config.patch(fallback_random=True):
-        planned = _planned(f, x, inner="inductor", memory_budget=None)
-    graph, a = planned.problem.graph, planned.problem.arrays
-    own = {
-        v.op if v.op != "getitem" else graph[v.inputs[0]].op for v in graph.values if a.self_allocated[a.index[v.name]]
-    }
-    assert own == {"aten.native_dropout.default", "aten.cumsum.default"}
-    assert not a.self_allocated[a.index[next(v.name for v in graph.values if v.op == "aten.sin.default")]]
-
-
-def test_a_reshape_reads_its_storage_element_for_element():
-    x = torch.randn(8, 16, 32, requires_grad=True)
-    w = torch.randn(32, 32, requires_grad=True)
-
-    def f(x, w):
-        y = (x.view(128, 32) @ w).view(8, 16, 32)  # an mm's output read through a reshape
-        return (y.relu() + y.transpose(1, 2).transpose(1, 2)).sum()
-
-    planned = _planned(f, x, w, inner="inductor", memory_budget=None)
-    graph, a = planned.problem.graph, planned.problem.arrays
-    flat = {v.op for v in graph.values if a.flat_view[a.index[v.name]]}
-    views = {v.op for v in graph.values if v.is_view}
-    assert "aten.view.default" in flat and "aten.permute.default" in views - flat
-
-
 def test_reuse_stays_within_one_module():
     keys = ["A", "A", "A"]
     # freed in forward (steps < 4), allocated in backward: separate modules, nothing held

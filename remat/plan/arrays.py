@@ -40,13 +40,11 @@ class Arrays:
     users: tuple[tuple[int, ...], ...] = ()
     is_view: tuple[bool, ...] = ()
     reuse_keys: tuple[tuple[str, int], ...] = ()  # (dtype, bytes): which freed buffer inductor may reuse for it
-    self_allocated: tuple[bool, ...] = ()  # a library call allocates it: it takes no freed buffer (_allocates_itself)
     formula: tuple[bool, ...] = ()  # traced in the backward pass (a gradient formula's sin(x)): capture's marker
     heavy: tuple[bool, ...] = ()  # an op inductor writes out when several kernels read it (fusion.HEAVY_CPU)
     acc_reads: tuple[int, ...] = ()  # buffers a loop may read before inductor writes it out (fusion.ACC_READS_LIMIT)
     numel: tuple[int, ...] = ()  # elements of the (first) tensor a node returns: a loop's iteration size
     distinct: tuple[tuple[int, ...], ...] = ()  # per node: its inputs without repeats, in argument order
-    flat_view: tuple[bool, ...] = ()  # a view that reads its storage element for element (_flat_views)
 
 
 def arrays(graph: Graph) -> Arrays:
@@ -76,48 +74,12 @@ def arrays(graph: Graph) -> Arrays:
         users=tuple(tuple(index[u] for u in v.users) for v in graph.values),
         is_view=tuple(v.is_view for v in graph.values),
         reuse_keys=tuple((v.dtype, v.nbytes) for v in graph.values),
-        self_allocated=tuple(_allocates_itself(graph, v) for v in graph.values),
         formula=tuple(BACKWARD_FORMULA in v.tags for v in graph.values),
         heavy=tuple(v.device == "cpu" and v.op in fusion.HEAVY_CPU for v in graph.values),
         acc_reads=tuple(fusion.ACC_READS_LIMIT.get(v.device, fusion.ACC_READS_DEFAULT) for v in graph.values),
         numel=tuple(_numel(v.shape) for v in graph.values),
         distinct=tuple(tuple(dict.fromkeys(index[i] for i in v.inputs)) for v in graph.values),
-        flat_view=_flat_views(graph, index),
     )
-
-
-# Views that only reshape: a loop reading its storage through one indexes it as it indexes its own output.
-RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.alias.default"})
-
-
-# Library calls inductor makes without an output buffer of its own (fallback kernels): the op allocates its result.
-SELF_ALLOCATING = frozenset({"aten.cumsum.default"})
-
-
-def _allocates_itself(graph: Graph, v) -> bool:
-    """Whether the op allocates the value inside a library call rather than into a buffer inductor hands it (so it
-    cannot take a buffer inductor holds for reuse): an output of a multi-output library op (a fallback's getitem:
-    dropout under fallback_random, CPU flash attention) or a SELF_ALLOCATING op."""
-    if v.op in SELF_ALLOCATING:
-        return True
-    if v.op != "getitem" or not v.inputs:
-        return False
-    return fusion.kind(graph[v.inputs[0]]) == fusion.OPAQUE
-
-
-def _flat_views(graph: Graph, index: dict[str, int]) -> tuple[bool, ...]:
-    """Per node: a view made by reshapes alone (RESHAPES, each of the one before or of the storage owner) with as
-    many elements as its storage owner, so reading it is reading the owner element for element."""
-    flat = [False] * len(graph.values)
-    for i, v in enumerate(graph.values):
-        if not v.is_view or v.op not in RESHAPES or not v.inputs:
-            continue
-        source = index[v.inputs[0]]
-        owner = index[v.storage]
-        numel = _numel(v.shape)
-        if numel and numel == _numel(graph[v.storage].shape) and (source == owner or flat[source]):
-            flat[i] = True
-    return tuple(flat)
 
 
 def _numel(shape) -> int:

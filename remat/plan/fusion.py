@@ -6,8 +6,7 @@ inductor does not run the forward and backward modules node by node. The simulat
 - ``add(mm(a, b), c)`` becomes one ``addmm(c, a, b)`` that runs where the add runs, so ``a`` and ``b`` stay live
   until then (a tied embedding's weight gradient keeps the logits' gradient until the end of backward);
 - a buffer a module allocated and no longer reads is kept for the module's next allocation of the same dtype and
-  size, so it stays live until then; a library call's own result (a fallback kernel's) neither takes such a buffer
-  nor is kept;
+  size, so it stays live until then;
 - recomputation runs where the schedule puts it: remat numbers each run of recomputed nodes in the backward module
   (rewrite/split.mark_blocks) and, while inductor lowers it, refuses horizontal fusion across runs
   (_torch.fusion_barrier). On a torch without that hook inductor fuses a recomputed loop computed from saved values
@@ -21,8 +20,8 @@ inductor does not run the forward and backward modules node by node. The simulat
 - a forward value the joint graph traces in its backward part (a gradient formula's factor the partition saves) is
   computed with the loops that produce its inputs, not after the whole forward (schedule.forward_ids);
 - a module's kernels run in inductor's least-peak-first order when its estimate finds that lower (reorder.py), and
-  a loop writes its output over a buffer of its size it reads for the last time (itself or through reshapes),
-  unless a loop it does not depend on reads that buffer too (in_place).
+  a loop writes its output over a buffer of its size it reads for the last time, unless a loop it does not
+  depend on reads that buffer too (in_place).
 
 Pure functions of the graph facts and the plan; forward and backward (with its recomputation) are separate modules,
 as each is its own inductor graph.
@@ -190,21 +189,15 @@ def expand(a, i: int, inlined: bytearray, memo: dict[int, tuple[int, ...]]) -> t
     return result
 
 
-def reuse(
-    spans: list[tuple[int, int, int]], keys: Sequence, boundary: int, self_allocated: Sequence[bool] = ()
-) -> list[tuple[int, int, int]]:
+def reuse(spans: list[tuple[int, int, int]], keys: Sequence, boundary: int) -> list[tuple[int, int, int]]:
     """inductor's buffer reuse: a buffer its module allocated and no longer reads is not freed at once but kept for
     the module's next allocation of the same dtype and size (the most recently released first), so it stays live
     until then. `spans`: (owner, first step, last step); `keys[owner]`: what must match; `boundary`: the first
     backward step. Forward and backward are separate modules: a buffer is reused only within the module that
-    allocated and released it, and values passed from one to the other are never reused. A value a library call
-    allocates itself (`self_allocated[owner]`: a fallback kernel's output, its scratch) takes no held buffer, and
-    is freed when released: inductor keys it apart as a buffer of unknown alignment (codegen/wrapper.py
-    buffer_reuse_key), which none of its own allocations matches."""
+    allocated and released it, and values passed from one to the other are never reused."""
     firsts = [first for _, first, _ in spans]
     lasts = [last for _, _, last in spans]
     key = [keys[owner] for owner, _, _ in spans]
-    takes = [not self_allocated[owner] for owner, _, _ in spans] if self_allocated else [True] * len(spans)
     ends = list(lasts)
     for module in (
         [k for k in range(len(spans)) if firsts[k] < boundary and lasts[k] < boundary],
@@ -220,10 +213,9 @@ def reuse(
             step = firsts[k]
             while released < len(releases) and lasts[releases[released]] < step:
                 free = releases[released]
-                if takes[free]:
-                    pool.setdefault(key[free], []).append(free)
+                pool.setdefault(key[free], []).append(free)
                 released += 1
-            taken = pool.get(key[k]) if takes[k] else None
+            taken = pool.get(key[k])
             if taken:
                 ends[taken.pop()] = step - 1  # held until this allocation takes it over (the most recent first)
     out = list(spans)
@@ -235,18 +227,16 @@ def reuse(
 
 def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segment) -> None:
     """inductor's in-place buffers (torch._inductor.config.inplace_buffers): a loop that reads a buffer for the last
-    time, element for element as it writes its output (itself or through reshapes alone: Arrays.flat_view), and of
-    the same dtype and size, writes its output into that buffer, which ends the step before (`last`). A saved value
-    counts: backward frees the values it is handed. Not a recomputed loop's buffer: inductor computes a recomputed
-    loop inside the kernels of its segment that read it more often than fusion.inlined finds, and a buffer that is
-    never written out is not there to take. Values that leave the device keep their own lifetimes
-    (simulate._split_transfers).
+    time, element for element as it writes its output (not through a view), and of the same dtype and size, writes
+    its output into that buffer, which ends the step before (`last`). A saved value counts: backward frees the
+    values it is handed. Not a recomputed loop's buffer: inductor computes a recomputed loop inside the kernels of
+    its segment that read it more often than fusion.inlined finds, and a buffer that is never written out is not
+    there to take. Values that leave the device keep their own lifetimes (simulate._split_transfers).
     `forward`, `backward`: each module's (schedule, values computed inside other kernels, fusion.expand's memo);
     `segment`: the backward segment of each node (`segments`; 0 in the forward), within which inductor fuses."""
     a = problem.arrays
     n = len(a.names)
     storage, kinds, keys, plain = a.storage, a.kinds, a.reuse_keys, problem.instances
-    flat_view = a.flat_view or (False,) * n
     leaving = {a.index[s] for s in resolved.moves}
     taken: set[int] = set()
     step = -1
@@ -262,14 +252,13 @@ def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segm
             if i not in loops_set:
                 continue
             for j in expand(a, i, inside, memo):
-                o = storage[j]
-                if (o != j and not flat_view[j]) or keys[o] != keys[i] or o in leaving:
+                if storage[j] != j or keys[j] != keys[i] or j in leaving:
                     continue
-                if in_bw and recomputed[o] and kinds[o] != OPAQUE:
+                if in_bw and recomputed[j] and kinds[j] != OPAQUE:
                     continue
-                k = o + n if in_bw and recomputed[o] else plain[o]
+                k = j + n if in_bw and recomputed[j] else plain[j]
                 if k >= 0 and k not in taken and last[k] == step and 0 <= alloc[k] < step:
-                    others = tuple(r for r in readers[o] if segment[r] == segment[i] and r != i)
+                    others = tuple(r for r in readers[j] if segment[r] == segment[i] and r != i)
                     if not _sole_reader(a, i, others, problem.sole_readers):
                         continue
                     taken.add(k)
