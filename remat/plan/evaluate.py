@@ -51,28 +51,25 @@ class Scored:
 
     @property
     def peak(self) -> int:
-        if self._peak is None:
-            self._simulate()
-        assert self._peak is not None
-        return self._peak
+        return self._simulated()[0]
 
     @property
     def saved(self) -> int:
-        if self._saved is None:
-            self._simulate()
-        assert self._saved is not None
-        return self._saved
+        return self._simulated()[1]
 
     @property
     def floor(self) -> int:
         """The peak once simulated; before, a lower bound on it."""
         return self._floor if self._peak is None else self._peak
 
-    def _simulate(self) -> None:
-        assert self._evaluator is not None
-        timeline = self._evaluator.timeline(self.resolved)
-        self._peak, self._saved = timeline.peak_bytes, timeline.saved_bytes
-        assert self._floor <= self._peak, "simulate.saved_floor must bound the simulated peak from below"
+    def _simulated(self) -> tuple[int, int]:
+        """(peak, saved bytes), simulated on the first call."""
+        if self._peak is None or self._saved is None:
+            assert self._evaluator is not None
+            timeline = self._evaluator.timeline(self.resolved)
+            self._peak, self._saved = timeline.peak_bytes, timeline.saved_bytes
+            assert self._floor <= self._peak, "simulate.saved_floor must bound the simulated peak from below"
+        return self._peak, self._saved
 
     def with_bound(self, bound: float | None) -> "Scored":
         """The same plan with a proved cost bound."""
