@@ -59,6 +59,8 @@ class Constraints:
     replay: Mapping[str, int] = dataclasses.field(default_factory=dict)
     must_offload: Mapping[str, str] = dataclasses.field(default_factory=dict)  # name → reason (policy OFFLOAD)
     kinds_saved: bool = False  # outputs of whole op kinds are kept (save_ops): the planner adds no such variants
+    # Values kept only by a save list or by rng="save": without those options a plan could choose them.
+    by_option: frozenset[str] = frozenset()
 
 
 def _graph_rule(value: Value, graph: Graph, must_save: dict[str, str], rng: str) -> str | None:
@@ -171,11 +173,14 @@ def annotate(
     preference: dict[str, Action] = {}
     replay: dict[str, int] = {}
     must_offload: dict[str, str] = {}
+    by_option: set[str] = set()
     observed = _hooked_values(graph, hooked)
     for value in graph.values:
         if value.role is not Role.FORWARD:
             continue
         rule = _graph_rule(value, graph, must_save, rng) or observed.get(value.name)
+        if rule is not None and rng == "save" and value.name not in observed and _kept_by_rng(value, graph, by_option):
+            by_option.add(value.name)
         if rule is None and "nondeterministic_seeded" in value.tags:
             replay[value.name] = rng_state_bytes(value.device)
         if value.is_multi:
@@ -199,6 +204,7 @@ def annotate(
         target = nodes[value.name].target
         if _matches(target, save_targets):
             must_save[value.name] = f"save_ops: {value.op}"
+            by_option.add(value.name)
             continue
         if policy is not None:
             answer = _ask(policy, value, target, costs)
@@ -231,7 +237,16 @@ def annotate(
         types.MappingProxyType(replay),
         types.MappingProxyType(must_offload),
         kinds_saved=bool(save_targets[0] or save_targets[1]),
+        by_option=frozenset(by_option),
     )
+
+
+def _kept_by_rng(value: Value, graph: Graph, by_option: set[str]) -> bool:
+    """Whether only rng="save" keeps `value`, which rng="replay" would leave to the planner: a random op it may
+    replay, or an output of one."""
+    if value.op == "getitem" and value.inputs and graph[value.inputs[0]].is_multi:
+        return value.inputs[0] in by_option
+    return _graph_rule(value, graph, {}, "replay") is None
 
 
 def _ask(policy: Policy, value: Value, target: object, costs: Mapping[str, int]) -> Action | None:

@@ -14,6 +14,7 @@ from remat.explain import capture_joints
 from remat.pipeline import plan_joint
 from remat.plan.evaluate import Evaluator
 from remat.plan.recipes import SAVED_OPS, blocks, recipes
+from remat.plan import family, greedy
 from remat.plan.family import HEAVY_OPS, recipe_family
 from remat.plan.solve import _plan
 from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch
@@ -223,3 +224,47 @@ def test_an_empty_save_list_is_never_worse_than_a_one_kind_list_on_random_graphs
     assert kinds, seed
     for kind in kinds:
         _assert_free_list_no_worse(plan, (kind,))
+
+
+def test_options_that_keep_values_are_marked_and_walks_step_alike(gpt):
+    """Values kept only by a save list or by rng="save" are marked as such (Constraints.by_option); a problem keeping
+    them counts them back (Problem.walk_values), so the walks of the unconstrained problem, of the family's
+    variants and of the user's save_ops / rng="save" problems all step by the same number of values."""
+    _, _, captured = gpt
+    free = planned(captured, memory_budget=0.0).problem
+    listed = planned(captured, memory_budget=0.0, save_ops=("aten.mm",)).problem
+    saving = planned(captured, memory_budget=0.0, rng="save").problem
+    graph = free.graph
+    assert not free.constraints.by_option
+    mm = {n for n in listed.candidates if graph[n].op == "aten.mm.default"}
+    assert mm and mm <= listed.constraints.by_option <= set(listed.constraints.must_save)
+    assert {graph[n].op for n in listed.constraints.by_option} == {"aten.mm.default"}
+    random_ops = set(free.constraints.replay)
+    assert random_ops and random_ops <= saving.constraints.by_option
+    # what rng="save" alone keeps: the random ops rng="replay" may replay and their outputs
+    assert all(n in random_ops or graph[n].inputs[0] in random_ops for n in saving.constraints.by_option)
+    assert len(listed.choosable) < len(free.choosable) and len(saving.choosable) < len(free.choosable)
+    assert free.walk_values == len(free.choosable) == listed.walk_values == saving.walk_values
+    variants = [family._random_ops_saved(free)] + [kept for _, kept in family._heavy_ops_saved(free)]
+    assert len(variants) >= 3 and all(v.walk_values == free.walk_values for v in variants)
+
+
+def test_a_variant_walk_follows_the_unconstrained_walk_until_it_recomputes_a_kept_value(gpt, monkeypatch):
+    _, _, captured = gpt
+    free = planned(captured, memory_budget=0.0).problem
+    monkeypatch.setattr(greedy, "MAX_STEPS", 40)  # walks of 40 steps: each moves several values, as on larger graphs
+    assert free.walk_values // greedy.max_steps(free) >= 2
+    evaluator = Evaluator(free)
+    walk = greedy.peak_walk(free, evaluator)
+    for kind, kept in family._heavy_ops_saved(free):
+        saved = set(kept.choosable) ^ set(free.choosable)
+        inner = evaluator.restricted(kept)
+        simulated = len(inner._memo)
+        own = greedy.peak_walk(kept, inner)
+        # the unconstrained walk's first step recomputing a kept value (if it ever does)
+        shared = next((k for k, s in enumerate(walk) if s.chosen & saved), len(walk))
+        assert shared >= 2, kind
+        assert [s.resolved for s in own[:shared]] == [s.resolved for s in walk[:shared]], kind
+        assert all(not (s.chosen & saved) for s in own), kind
+        # the shared plans were simulated once, by the unconstrained walk
+        assert len(inner._memo) - simulated <= len(own) - shared, kind

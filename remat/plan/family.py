@@ -70,7 +70,10 @@ def _with_saved(problem: Problem, names: set[str], reason: str, kinds_saved: boo
     c = problem.constraints
     must_save = dict(c.must_save, **{n: reason for n in names})
     constraints = dataclasses.replace(
-        c, must_save=types.MappingProxyType(must_save), kinds_saved=c.kinds_saved or kinds_saved
+        c,
+        must_save=types.MappingProxyType(must_save),
+        kinds_saved=c.kinds_saved or kinds_saved,
+        by_option=c.by_option | names,
     )
     return dataclasses.replace(
         problem, constraints=constraints, choosable=tuple(n for n in problem.choosable if n not in names)

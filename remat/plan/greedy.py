@@ -7,8 +7,10 @@ Two kinds of greedy walks propose plans; each plan along a walk is simulated:
 - ranked: all values ranked once by cost per byte (plain, and weighted by how long the value stays live into
   backward); each prefix of a ranking is a plan.
 On large graphs a walk moves several values per step so that it simulates at most `max_steps(graph)` plans — fewer
-as the graph grows, since each simulation costs time linear in its size. The walks do not depend on the budget, so
-`pick` (cheapest plan meeting the budget) gives peaks that never rise as the budget falls.
+as the graph grows, since each simulation costs time linear in its size. The step's size counts the values kept by a
+save list or by rng="save" as choosable (Problem.walk_values), so the walks of the family's variants (family.py) take
+the unconstrained walk's steps, and reuse its simulations, until it recomputes a value they keep. The walks do not
+depend on the budget, so `pick` (cheapest plan meeting the budget) gives peaks that never rise as the budget falls.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def prefix_lengths(n: int, steps: int) -> list[int]:
 def peak_walk(problem: Problem, evaluator: Evaluator, start: frozenset[str] = frozenset()) -> list[Scored]:
     """The peak-targeted walk (module docstring) from recomputing `start` (default: nothing)."""
     choosable = set(problem.choosable)
-    batch = max(1, len(choosable) // max_steps(problem))
+    batch = max(1, problem.walk_values // max_steps(problem))
     chosen: set[str] = set(start)
     current = evaluator.score(chosen)
     walk = [current]

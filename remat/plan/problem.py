@@ -123,6 +123,15 @@ class Problem:
         return bytes(mask)
 
     @functools.cached_property
+    def walk_values(self) -> int:
+        """The values a plan could choose were none kept by a save list or by rng="save" (the family's variants keep
+        theirs so, family.py). greedy's walks size their steps by it: the walk of a problem keeping such values then
+        takes the steps of the walk without them until that one recomputes one of them, and shares its plans."""
+        c, graph = self.constraints, self.graph
+        kept = sum(1 for n in self.candidates if n in c.by_option and n not in c.must_recompute and graph[n].is_tensor)
+        return len(self.choosable) + kept
+
+    @functools.cached_property
     def excluded_storages(self) -> frozenset[int]:
         """Positions of the storages of the gradients the step returns (never counted as activations)."""
         a = self.arrays
