@@ -30,11 +30,13 @@ from __future__ import annotations
 import dataclasses
 
 import networkx as nx
+import numpy as np
 from networkx.algorithms.flow import boykov_kolmogorov, build_residual_network
 
 from ..capture import Role
 from . import greedy
 from .evaluate import Evaluator, Scored
+from .maxflow import INT32_MAX, Edges
 from .problem import Problem, Resolved
 from .simulate import BACKWARD, Timeline
 
@@ -123,8 +125,9 @@ def held_at_peak(evaluator: Evaluator, timeline: Timeline, resolved: Resolved) -
 
 
 class Cutter:
-    """The flow graph of one problem and its residual network, built once and re-weighted for every cut (networkx
-    resets its flows on every run), which saves rebuilding it for every price and round."""
+    """The flow graph of one problem, built once and re-weighted for every cut. A cut runs scipy's compiled max-flow
+    where the capacities fit it (maxflow.py), else networkx's Boykov–Kolmogorov on a residual network built once
+    (networkx resets its flows on every run): the same cut either way."""
 
     def __init__(self, problem: Problem, top_price: float):
         self.problem = problem
@@ -142,7 +145,17 @@ class Cutter:
             (SOURCE, f"{n}/in", {"capacity": max(self._price(top_price, n) + self.bytes[n] * most, 1)})
             for n in problem.choosable
         )
-        self.residual = build_residual_network(self.flow, "capacity")
+        self._residual: nx.DiGraph | None = None
+        self.nodes = {node: k for k, node in enumerate(self.flow)}
+        edges = list(self.flow.edges)
+        self.edges = Edges(len(self.nodes), [self.nodes[u] for u, _ in edges], [self.nodes[v] for _, v in edges])
+        self.position = {edge: k for k, edge in enumerate(edges)}
+
+    @property
+    def residual(self) -> nx.DiGraph:
+        if self._residual is None:
+            self._residual = build_residual_network(self.flow, "capacity")
+        return self._residual
 
     def _price(self, price: float, name: str) -> int:
         return int(round(price * self.problem.solver_cost(name)))
@@ -151,16 +164,36 @@ class Cutter:
         """The values a minimum cut recomputes at recompute price `price`, each value's bytes weighted by the
         factors of `saved_at_peak` on its saving edge and of `held_at_peak` on its recompute edge."""
         capacities = {(f"{n}/in", f"{n}/out"): self.bytes[n] * saved_at_peak.get(n, 1) for n in self.saving}
+        # Cutting every saving edge separates the source from the sink wherever a cut is finite: above their sum,
+        # a capacity is as good as infinite.
+        bound = sum(capacities.values()) + 1
         capacities.update(
             ((SOURCE, f"{n}/in"), self._price(price, n) + self.bytes[n] * (held_at_peak.get(n, 1) - 1))
             for n in self.problem.choosable
         )
-        for (u, v), capacity in capacities.items():
-            self.residual[u][v]["capacity"] = capacity
-            self.residual[v][u]["capacity"] = 0
-        boykov_kolmogorov(self.flow, SOURCE, SINK, residual=self.residual, value_only=True)
-        source_side = _reachable(self.residual)
+        source_side = self._scipy_cut(capacities, bound)
+        if source_side is None:
+            source_side = self._networkx_cut(capacities)
         return frozenset(n for n in self.problem.choosable if f"{n}/in" not in source_side)
+
+    def _scipy_cut(self, capacities: dict[tuple[str, str], int], bound: int) -> set[str] | None:
+        if bound > INT32_MAX:
+            return None
+        values = np.full(len(self.position), bound, dtype=np.int64)  # uncuttable edges: `bound`
+        for edge, capacity in capacities.items():
+            values[self.position[edge]] = min(capacity, bound)
+        reached = self.edges.source_side(values, bound, self.nodes[SOURCE], self.nodes[SINK])
+        if reached is None:
+            return None
+        return {node for node, k in self.nodes.items() if reached[k]}
+
+    def _networkx_cut(self, capacities: dict[tuple[str, str], int]) -> set[str]:
+        residual = self.residual
+        for (u, v), capacity in capacities.items():
+            residual[u][v]["capacity"] = capacity
+            residual[v][u]["capacity"] = 0
+        boykov_kolmogorov(self.flow, SOURCE, SINK, residual=residual, value_only=True)
+        return _reachable(residual)
 
 
 def _reachable(residual: nx.DiGraph) -> set[str]:

@@ -1,0 +1,67 @@
+"""The source side of a minimum cut, for mincut.py: scipy's compiled max-flow, checked, where the capacities fit it.
+
+scipy.sparse.csgraph.maximum_flow takes int32 capacities only. The cut is kept exact anyway: every capacity above
+`bound` (uncuttable edges included) is lowered to `bound`, which exceeds some cut's value; no minimum cut crosses
+such an edge before or after, so the minimum cuts are the same. The flow scipy returns is then checked in int64
+(capacities, conservation, its value below `bound`, no augmenting path left), and the source side read from its
+residual network is the least one — the same set for every maximum flow, so the same set networkx's Boykov–Kolmogorov
+finds. Where the capacities do not fit int32, or a check fails, the caller cuts with networkx instead (None).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+
+INT32_MAX = 2**31 - 1
+
+
+class Edges:
+    """A flow network's directed edges as arrays, without 2-cycles: `tails[e] → heads[e]` over nodes 0..size-1."""
+
+    def __init__(self, size: int, tails: list[int], heads: list[int]):
+        pairs = set(zip(tails, heads))
+        if len(pairs) != len(tails) or any((v, u) in pairs for u, v in pairs):
+            raise ValueError("maxflow.Edges: repeated edges or 2-cycles")
+        self.size = size
+        self.tails = np.asarray(tails, dtype=np.int32)
+        self.heads = np.asarray(heads, dtype=np.int32)
+
+    def source_side(self, capacities: np.ndarray, bound: int, source: int, sink: int) -> np.ndarray | None:
+        """Per node, whether it is on the source side of the least minimum cut under `capacities` (int64 per edge,
+        `bound` or more for an uncuttable edge), given that some cut's value is below `bound`; None where scipy cannot
+        take them (`bound` above int32) or its flow fails a check."""
+        if bound > INT32_MAX:
+            return None
+        caps = np.minimum(capacities, bound)
+        shape = (self.size, self.size)
+        network = csr_matrix((caps.astype(np.int32), (self.tails, self.heads)), shape=shape)
+        result = maximum_flow(network, source, sink, method="dinic")
+        flows = np.asarray(result.flow[self.tails, self.heads], dtype=np.int64).ravel()
+        net = np.bincount(self.tails, flows, self.size) - np.bincount(self.heads, flows, self.size)
+        inner = np.ones(self.size, dtype=bool)
+        inner[[source, sink]] = False
+        value = int(net[source])
+        if (
+            (flows < 0).any()
+            or (flows > caps).any()
+            or np.abs(net[inner]).max(initial=0) > 0
+            or value != int(result.flow_value)
+            or value >= bound
+        ):
+            return None
+        forward, backward = caps > flows, flows > 0
+        residual = csr_matrix(
+            (
+                np.ones(int(forward.sum() + backward.sum()), dtype=np.int8),
+                (
+                    np.concatenate([self.tails[forward], self.heads[backward]]),
+                    np.concatenate([self.heads[forward], self.tails[backward]]),
+                ),
+            ),
+            shape=shape,
+        )
+        reached = np.zeros(self.size, dtype=bool)
+        reached[breadth_first_order(residual, source, directed=True, return_predecessors=False)] = True
+        return None if reached[sink] else reached
