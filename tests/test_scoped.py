@@ -138,6 +138,27 @@ def test_session_forgets_only_what_was_compiled_inside():
     assert_untouched(f, compiled, backend, codes)
 
 
+def test_captures_of_other_shapes_are_traced_static_and_dynamos_shape_memory_is_left_as_it_was():
+    """dynamo remembers per (file, line, name) which sizes changed between compiles (automatic dynamic shapes), and
+    remat's own compiles share one such key (scoped.own_code): without putting that memory back, a second capture of
+    another shape was traced with symbolic sizes."""
+    import torch._dynamo.pgo as pgo
+
+    from remat.explain import capture_joints
+
+    compiled = torch.compile(lambda x: torch.cos(x).sum(), backend=Counting())
+    for n in (8, 16):  # the user's own compiles: dynamo learns that this function's first size changes
+        compiled(torch.randn(n, 4))
+    state = {key: repr(value) for key, value in pgo.get_code_state().items()}
+    assert state
+    for n in (8, 16, 32):
+        (captured,) = capture_joints(lambda x: torch.sin(x).sum(), torch.randn(n, 4, requires_grad=True))
+        placeholders = [node.meta["val"] for node in captured.joint.graph.nodes if node.op == "placeholder"]
+        assert all(isinstance(v, torch.Tensor) for v in placeholders), n
+        assert placeholders[0].shape == (n, 4)
+    assert {key: repr(value) for key, value in pgo.get_code_state().items()} == state
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_planning_leaves_the_garbage_collector_as_it_was(enabled, monkeypatch):
     """Planning pauses Python's collector (pipeline.gc_paused) and hands it back in the state it found it, also

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+import copy
+import importlib
+from typing import Any, Callable, Iterator
 
 from .guard import TorchAPIError, lookup
 
@@ -14,8 +16,41 @@ def forget_compiles() -> Iterator[None]:
     cache entry the block added to a code object is invalidated as torch invalidates an entry whose guarded object
     died (its compiled code and backend are released; it never matches again), and the backends the block used are
     dropped from dynamo's backend cache, so nothing the block compiled stays alive. Entries made before the block
-    stay valid: functions compiled earlier neither lose their code nor recompile. Where this torch lacks the pieces,
-    the block's compiles are simply left in the caches."""
+    stay valid: functions compiled earlier neither lose their code nor recompile. What dynamo learnt of the shapes it
+    saw (its automatic-dynamic code state, keyed by file, line and name) is put back as it was, so that a later compile
+    of other shapes is not traced with dynamic sizes for it. Where this torch lacks the pieces, the block's compiles
+    are simply left in the caches."""
+    with _code_state_kept(), _entries_forgotten():
+        yield
+
+
+@contextlib.contextmanager
+def _code_state_kept() -> Iterator[None]:
+    """The block's changes to dynamo's per-code shape memory (torch._dynamo.pgo's code state) undone when it ends."""
+    pgo: Any
+    try:
+        pgo = importlib.import_module("torch._dynamo.pgo")
+    except ImportError:
+        pgo = None
+    if pgo is None or not hasattr(pgo, "_CODE_STATE"):
+        yield
+        return
+    before, initial = pgo._CODE_STATE, getattr(pgo, "_INIT_CODE_STATE", None)
+    kept = {} if before is None else copy.deepcopy(dict(before))
+    try:
+        yield
+    finally:
+        if before is not None:
+            before.clear()
+            before.update(kept)
+        pgo._CODE_STATE = before  # None: read afresh (from a saved profile, where there is one) at the next compile
+        if hasattr(pgo, "_INIT_CODE_STATE"):
+            pgo._INIT_CODE_STATE = initial
+
+
+@contextlib.contextmanager
+def _entries_forgotten() -> Iterator[None]:
+    """forget_compiles' part for dynamo's cache entries and backend cache."""
     try:
         entries_of = lookup("torch._dynamo.eval_frame", "_debug_get_cache_entry_list")
         deleted = lookup("torch._dynamo.guards", "DeletedGuardManagerWrapper")
