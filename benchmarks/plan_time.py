@@ -11,8 +11,9 @@ layers make 10,017 nodes, 1925 make 50,057) is captured once (not timed); each (
 (time.process_time): the machine is shared, and wall time then includes waiting for a core.
 
 Under inner="inductor", plan_joint also runs torch's own min-cut partitioner on the graph (the baseline plain
-torch.compile would run: pipeline.baseline_of); its CPU time is measured inside each plan and shown beside the
-total, and "remat" is the total less it: remat's own planning. The verdicts hold both to the targets.
+torch.compile would run: pipeline.inner_partition, which also collects the graph copies it leaves behind); its CPU
+time is measured inside each plan and shown beside the total, and "remat" is the total less it: remat's own
+planning. The verdicts hold both to the targets.
 
 The growth between consecutive sizes is printed as the empirical exponent log(time ratio) / log(node ratio)
 (1.0: linear). Targets (issue 15): solver "auto" plans a 10k-node graph in <= 1.0 s and a 50k-node graph in <= 6 s;
@@ -97,10 +98,10 @@ def plan_once(captured, config: RematConfig):
 
 def timed_plans(captured, config: RematConfig, repeat: int) -> tuple[float, float, float, object]:
     """Of `repeat` plans: the best wall and CPU seconds, the CPU seconds the best one spent in torch's partitioner
-    (`pipeline.baseline_of`, timed inside that very plan: it runs before planning starts its own thread, so the
+    (`pipeline.inner_partition`, timed inside that very plan: it runs before planning starts its own thread, so the
     process's CPU time over the call is its own), and the last plan."""
     spent: list[float] = []
-    baseline = pipeline.baseline_of
+    baseline = pipeline.inner_partition
 
     def timed_baseline(*args, **kwargs):
         start = time.process_time()
@@ -110,7 +111,7 @@ def timed_plans(captured, config: RematConfig, repeat: int) -> tuple[float, floa
             spent.append(time.process_time() - start)
 
     wall, cpu, partition, out = float("inf"), float("inf"), 0.0, None
-    with mock.patch.object(pipeline, "baseline_of", timed_baseline):
+    with mock.patch.object(pipeline, "inner_partition", timed_baseline):
         for _ in range(repeat):
             spent.clear()
             start, start_cpu = time.perf_counter(), time.process_time()
@@ -264,7 +265,8 @@ def markdown(rows: list[dict], entries: list[dict], lines: list[str], meta: dict
             f"inner={meta['inner']!r}. Times are the best of {meta['repeat']}; the figure held to the targets is CPU "
             'time (the machine is shared, so wall time includes waiting for a core). "torch partitioner" is the part '
             "of that plan spent in torch's own min-cut partition of the graph (the baseline plain `torch.compile` "
-            "computes too: remat asks it for the saved set `memory_budget=None` keeps), timed inside the plan; "
+            "computes too: remat asks it for the saved set `memory_budget=None` keeps), timed inside the plan with the "
+            "collection of the graph copies it leaves behind; "
             '"remat" is the rest, remat\'s own planning.',
             "",
             table(rows),

@@ -82,9 +82,24 @@ def plan_joint(
     frugal: bool = False,
 ) -> Planned:
     """Plan one joint graph; `hooked` names the dynamo-graph nodes that carry tensor hooks (capture.hooked_nodes);
-    `frugal`: a graph that later graphs of its step follow leaves room for them (solve.make_plan)."""
+    `frugal`: a graph that later graphs of its step follow leaves room for them (solve.make_plan).
+
+    Python's garbage collector is paused throughout (gc_paused); see inner_partition for the one collection."""
+    collects = gc.isenabled()
     with gc_paused():
-        return _plan_joint(joint, num_fwd_outputs, config, hooked, static_lifetime_input_indices, frugal)
+        baseline = inner_partition(joint, num_fwd_outputs, config, static_lifetime_input_indices, collects)
+        return _plan_joint(joint, num_fwd_outputs, config, hooked, frugal, baseline)
+
+
+def inner_partition(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig, static, collect: bool):
+    """baseline_of (the inner compiler's own partition), then, where `collect` (the collector was on), the youngest
+    generation collected: torch's partition leaves its copies of the graph behind in reference cycles (fx nodes),
+    and they are then nearly all it holds — rather than collected with all that planning allocated once the
+    collector is back on (the same objects walked once either way)."""
+    baseline = baseline_of(joint, num_fwd_outputs, config, static)
+    if collect:
+        gc.collect(0)
+    return baseline
 
 
 @contextlib.contextmanager
@@ -106,10 +121,10 @@ def _plan_joint(
     num_fwd_outputs: int,
     config: RematConfig,
     hooked: frozenset[str],
-    static_lifetime_input_indices,
     frugal: bool,
+    baseline: tuple[BaselineSpec, tuple[fx.GraphModule, fx.GraphModule] | None],
 ) -> Planned:
-    spec, modules = baseline_of(joint, num_fwd_outputs, config, static_lifetime_input_indices)
+    spec, modules = baseline
     graph = capture(joint, num_fwd_outputs, traced_backward=not min_cut_view(config))
     table = costs(joint, graph)
     # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.

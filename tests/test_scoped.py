@@ -162,26 +162,42 @@ def test_captures_of_other_shapes_are_traced_static_and_dynamos_shape_memory_is_
 @pytest.mark.parametrize("enabled", [True, False])
 def test_planning_leaves_the_garbage_collector_as_it_was(enabled, monkeypatch):
     """Planning pauses Python's collector (pipeline.gc_paused) and hands it back in the state it found it, also
-    when planning raises."""
+    when planning raises; the youngest generation is collected once, right after torch's own partition, unless the
+    caller had the collector off."""
     import gc
 
     from remat import pipeline
     from remat.pipeline import gc_paused
 
-    during = []
-    make_plan = pipeline.make_plan
+    during, events = [], []
+    make_plan, baseline_of = pipeline.make_plan, pipeline.baseline_of
 
     def watched(*args):
         during.append(gc.isenabled())
+        events.append("plan")
         return make_plan(*args)
 
+    def partitioned(*args):
+        events.append("partition")
+        return baseline_of(*args)
+
+    def collected(phase, info):
+        if phase == "start" and events:
+            events.append(f"collect {info['generation']}")
+
     monkeypatch.setattr(pipeline, "make_plan", watched)
+    monkeypatch.setattr(pipeline, "baseline_of", partitioned)
+
     was = gc.isenabled()
+    gc.callbacks.append(collected)
     try:
         gc.enable() if enabled else gc.disable()
         compiled = torch.compile(f, backend="remat", options={"memory_budget": 0.5, "inner": "aot_eager"})
         compiled(x().requires_grad_()).backward()
         assert during == [False]
+        # what torch's partition left behind is collected right after it, unless the caller turned the collector off
+        until_planning = events[: events.index("plan") + 1]
+        assert until_planning == (["partition", "collect 0", "plan"] if enabled else ["partition", "plan"])
         assert gc.isenabled() is enabled
         with pytest.raises(RuntimeError, match="inside"):
             with gc_paused():
@@ -189,4 +205,5 @@ def test_planning_leaves_the_garbage_collector_as_it_was(enabled, monkeypatch):
                 raise RuntimeError("inside")
         assert gc.isenabled() is enabled
     finally:
+        gc.callbacks.remove(collected)
         gc.enable() if was else gc.disable()
