@@ -6,11 +6,12 @@ Two kinds of greedy walks propose plans; each plan along a walk is simulated:
   spends no recompute on values that do not lower it.
 - ranked: all values ranked once by cost per byte (plain, and weighted by how long the value stays live into
   backward); each prefix of a ranking is a plan.
-On large graphs a walk moves several values per step so that it simulates at most `max_steps(graph)` plans — fewer
-as the graph grows, since each simulation costs time linear in its size. The step's size counts the values kept by a
-save list or by rng="save" as choosable (Problem.walk_values), so the walks of the family's variants (family.py) take
-the unconstrained walk's steps, and reuse its simulations, until it recomputes a value they keep. The walks do not
-depend on the budget, so `pick` (cheapest plan meeting the budget) gives peaks that never rise as the budget falls.
+On large graphs a walk moves several values per step, `Problem.walk_values // max_steps(graph)` of them (fewer where
+fewer are live at the peak), so that it simulates on the order of max_steps(graph) plans — fewer as the graph grows,
+since each simulation costs time linear in its size. walk_values counts the values kept by a save list or by
+rng="save" as choosable, so the walks of the family's variants (family.py) take the unconstrained walk's steps, and
+reuse its simulations, until it recomputes a value they keep. The walks do not depend on the budget, so `pick`
+(cheapest plan meeting the budget) gives peaks that never rise as the budget falls.
 """
 
 from __future__ import annotations
