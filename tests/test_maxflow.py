@@ -51,7 +51,7 @@ def _both(cutter: Cutter, price: float, saved: dict, held: dict):
 
 def test_scipy_cuts_are_networkx_cuts_on_models_and_random_graphs():
     compared = fell_back = 0
-    for _, model, inputs in solver_misses.graphs(12):
+    for _, model, inputs in solver_misses.graphs(6):
         problem = solver_misses.problem_of(model, inputs, "aot_eager")
         if not problem.choosable:
             continue
@@ -69,7 +69,7 @@ def test_scipy_cuts_are_networkx_cuts_on_models_and_random_graphs():
                 assert fast == slow, (price, weights)
                 assert SOURCE in fast and SINK not in fast
                 compared += 1
-    assert compared >= 200, (compared, fell_back)
+    assert compared >= 150, (compared, fell_back)
 
 
 def test_a_cut_that_does_not_fit_int32_is_cut_with_networkx():
