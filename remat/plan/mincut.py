@@ -1,5 +1,6 @@
-"""Min-cut solver: networkx max-flow on the value graph, weighted by bytes, swept over a recompute price, cut again
-toward the simulated peak, and its lowest plans repaired with simulated moves.
+"""Min-cut solver: max-flow on the value graph (scipy's where the capacities fit int32, else networkx's: Cutter),
+weighted by bytes, swept over a recompute price, cut again toward the simulated peak, and its lowest plans repaired
+with simulated moves.
 
 Each forward value v becomes an edge v_in → v_out whose capacity is its bytes: cutting it means saving v. An edge
 source → v_in priced λ·cost(v) is cut when v is recomputed. Data edges and the edges from what backward reads to the
