@@ -40,12 +40,7 @@ def test_capacities_that_do_not_fit_or_a_bound_below_the_flow_give_none():
 
 
 def _both(cutter: Cutter, price: float, saved: dict, held: dict):
-    capacities = {(f"{n}/in", f"{n}/out"): cutter.bytes[n] * saved.get(n, 1) for n in cutter.saving}
-    bound = sum(capacities.values()) + 1
-    capacities.update(
-        ((SOURCE, f"{n}/in"), cutter._price(price, n) + cutter.bytes[n] * (held.get(n, 1) - 1))
-        for n in cutter.problem.choosable
-    )
+    capacities, bound = cutter.capacities(price, saved, held)
     return cutter._scipy_cut(capacities, bound), cutter._networkx_cut(capacities)
 
 

@@ -164,25 +164,32 @@ class Cutter:
     def cut(self, price: float, saved_at_peak: dict[str, int], held_at_peak: dict[str, int]) -> frozenset[str]:
         """The values a minimum cut recomputes at recompute price `price`, each value's bytes weighted by the
         factors of `saved_at_peak` on its saving edge and of `held_at_peak` on its recompute edge."""
-        capacities = {(f"{n}/in", f"{n}/out"): self.bytes[n] * saved_at_peak.get(n, 1) for n in self.saving}
-        # Cutting every saving edge separates the source from the sink wherever a cut is finite: above their sum,
-        # a capacity is as good as infinite.
-        bound = sum(capacities.values()) + 1
-        capacities.update(
-            ((SOURCE, f"{n}/in"), self._price(price, n) + self.bytes[n] * (held_at_peak.get(n, 1) - 1))
-            for n in self.problem.choosable
-        )
+        capacities, bound = self.capacities(price, saved_at_peak, held_at_peak)
         source_side = self._scipy_cut(capacities, bound)
         if source_side is None:
             source_side = self._networkx_cut(capacities)
         return frozenset(n for n in self.problem.choosable if f"{n}/in" not in source_side)
 
+    def capacities(
+        self, price: float, saved_at_peak: dict[str, int], held_at_peak: dict[str, int]
+    ) -> tuple[dict[tuple[str, str], int], int]:
+        """The capacity of every cuttable edge for `cut`, and a bound above some cut's value: cutting every saving
+        edge separates the source from the sink wherever a cut is finite, so above their sum a capacity is as good
+        as infinite."""
+        capacities = {(f"{n}/in", f"{n}/out"): self.bytes[n] * saved_at_peak.get(n, 1) for n in self.saving}
+        bound = sum(capacities.values()) + 1
+        capacities.update(
+            ((SOURCE, f"{n}/in"), self._price(price, n) + self.bytes[n] * (held_at_peak.get(n, 1) - 1))
+            for n in self.problem.choosable
+        )
+        return capacities, bound
+
     def _scipy_cut(self, capacities: dict[tuple[str, str], int], bound: int) -> set[str] | None:
         if bound > INT32_MAX:
-            return None
+            return None  # no array to build: maxflow takes no capacity above int32
         values = np.full(len(self.position), bound, dtype=np.int64)  # uncuttable edges: `bound`
         for edge, capacity in capacities.items():
-            values[self.position[edge]] = min(capacity, bound)
+            values[self.position[edge]] = capacity  # maxflow lowers those above `bound` to it
         reached = self.edges.source_side(values, bound, self.nodes[SOURCE], self.nodes[SINK])
         if reached is None:
             return None
