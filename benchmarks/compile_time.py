@@ -1,6 +1,6 @@
 """Compile time from a cold start: plain `torch.compile` (inductor) against remat, each row in a process of its own.
 
-    python benchmarks/compile_time.py [--models gpt,mlp,gpt2,llama] [--budgets None,0.5,0.0]
+    python benchmarks/compile_time.py [--models gpt,mlp,gpt2,llama] [--budgets None,0.5,0.0] [--repeat 3]
                                       [--out benchmarks/results/compile_time.json] [--md benchmarks/COMPILE_TIME.md]
 
 Each row (a model under plain inductor, or under remat at one memory_budget) runs in a fresh Python process with an
@@ -16,6 +16,11 @@ Two figures per row:
 For remat rows, the CPU seconds spent planning (`remat.pipeline.plan_joint`: capture, costs, the baseline partition,
 the solver, the simulation) are shown apart. The check (issue 12): remat's CPU seconds ≤ 1.5 × plain inductor's on
 every model, at every budget.
+
+One cold compile varies by a fifth or more between runs here (gcc and the machine's other jobs), more than the
+margins compared. So each model's rows run `--repeat` times, in rounds (every row of the model once per round, in
+turn, so that a slower stretch of the machine falls on all of them alike); a row's figures are the medians of its
+runs, its spread the fastest and slowest run's CPU seconds, and the ratio is of the medians.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--models", default="gpt,mlp,gpt2,llama", help="comma-separated (default: %(default)s)")
     parser.add_argument("--budgets", default="None,0.5,0.0", help="remat memory_budget values (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each row, in rounds (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "compile_time.json")
     parser.add_argument("--md", type=Path, default=HERE / "COMPILE_TIME.md")
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "ROW"), help=argparse.SUPPRESS)
@@ -114,18 +121,29 @@ def run_row(model: str, row: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def medians(runs: list[dict]) -> dict:
+    """One row's figures over its runs: the median of each, and every run's CPU seconds."""
+    row = {key: runs[0][key] for key in ("model", "row")}
+    for key in ("wall_seconds", "cpu_seconds", "plan_cpu_seconds"):
+        row[key] = statistics.median(r[key] for r in runs)
+    row["runs"] = [r["cpu_seconds"] for r in runs]
+    return row
+
+
 def table(rows: list[dict]) -> str:
     plain = {r["model"]: r for r in rows if r["row"] == "inductor"}
     lines = [
-        "| model | row | first step wall s | CPU s | of which planning | CPU vs plain inductor |",
-        "|---|---|---:|---:|---:|---:|",
+        "| model | row | runs | first step wall s | CPU s | CPU s fastest–slowest | of which planning | "
+        "CPU vs plain inductor |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
     ]
     for r in rows:
         ratio = r["cpu_seconds"] / plain[r["model"]]["cpu_seconds"] if r["model"] in plain else float("nan")
         name = "plain inductor" if r["row"] == "inductor" else f"remat memory_budget={r['row']}"
         planning = "-" if r["row"] == "inductor" else f"{r['plan_cpu_seconds']:.2f}"
         lines.append(
-            f"| {r['model']} | {name} | {r['wall_seconds']:.2f} | {r['cpu_seconds']:.2f} | {planning} | {ratio:.2f}x |"
+            f"| {r['model']} | {name} | {len(r['runs'])} | {r['wall_seconds']:.2f} | {r['cpu_seconds']:.2f} | "
+            f"{min(r['runs']):.1f}–{max(r['runs']):.1f} | {planning} | {ratio:.2f}x |"
         )
     return "\n".join(lines)
 
@@ -148,23 +166,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(*args.child)))
         return 0
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat must be at least 1, got {args.repeat}")
     rows = []
     for model in [m for m in args.models.split(",") if m]:
-        for row in ["inductor", *[b for b in args.budgets.split(",") if b]]:
-            rows.append(run_row(model, row))
-            r = rows[-1]
-            print(
-                f"{model} {row}: {r['wall_seconds']:.1f} s wall, {r['cpu_seconds']:.1f} s CPU "
-                f"(planning {r['plan_cpu_seconds']:.1f} s)",
-                flush=True,
-            )
+        names = ["inductor", *[b for b in args.budgets.split(",") if b]]
+        runs: dict[str, list[dict]] = {row: [] for row in names}
+        for _ in range(args.repeat):
+            for row in names:
+                r = run_row(model, row)
+                runs[row].append(r)
+                print(
+                    f"{model} {row}: {r['wall_seconds']:.1f} s wall, {r['cpu_seconds']:.1f} s CPU "
+                    f"(planning {r['plan_cpu_seconds']:.1f} s)",
+                    flush=True,
+                )
+        rows += [medians(runs[row]) for row in names]
     lines = verdicts(rows)
     meta = outputs.machine(sys.argv[1:] if argv is None else argv)
     intro = (
-        f"{outputs.setup('compile_time.py', meta)} Each row is a fresh process with an empty inductor cache, one "
+        f"{outputs.setup('compile_time.py', meta)} Each run is a fresh process with an empty inductor cache, one "
         "compile thread and one torch thread; the figures are the model's first forward+backward step (both graphs "
         "compiled, one step run). CPU s counts the compiler processes (gcc) too, and is the figure compared (the "
-        "machine is shared)."
+        f"machine is shared). Each row ran {args.repeat} times, in rounds over the model's rows; its figures are the "
+        "medians, the ratio is of the medians."
     )
     payload = {"meta": meta, "rows": rows, "verdicts": lines}
     outputs.write(args.out, args.md, payload, "Compile time from a cold start", intro, table(rows), lines)
