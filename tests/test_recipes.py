@@ -16,7 +16,7 @@ from remat.plan.evaluate import Evaluator
 from remat.plan.recipes import SAVED_OPS, blocks, recipes
 from remat.plan import family, greedy
 from remat.plan.family import HEAVY_OPS, recipe_family
-from remat.plan.solve import _plan
+from remat.plan.solve import _plan, make_plan
 from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch
 
 from random_graphs import FUZZ_KINDS, random_model
@@ -38,6 +38,44 @@ def planned(captured, **fields):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return plan_joint(captured.joint, captured.num_fwd_outputs, RematConfig(**fields))
+
+
+def planner(joint, num_fwd_outputs: int, inner: str = "aot_eager"):
+    """plan(memory_budget, **fields) -> the plan plan_joint makes of `joint` under RematConfig(inner=inner,
+    memory_budget=memory_budget, **fields). Neither the problem nor the plans an evaluator proposes depend on the
+    budget (tests/test_fuzz.py checks that one evaluator answers as fresh ones do), so each set of other fields
+    builds its problem once, with plan_joint at budget 0.0, and one evaluator answers all its budgets."""
+    built: dict[tuple, tuple] = {}
+
+    def plan(memory_budget, **fields):
+        key = tuple(sorted(fields.items()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if key not in built:
+                config = RematConfig(inner=inner, memory_budget=0.0, **fields)
+                problem = plan_joint(copy.deepcopy(joint), num_fwd_outputs, config).problem
+                built[key] = problem, Evaluator(problem, config.solver_time_limit)
+            problem, evaluator = built[key]
+            config = RematConfig(inner=inner, memory_budget=memory_budget, **fields)
+            value = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
+            return make_plan(problem, config.budget_kind(), value, config.solver, config.strict, evaluator)
+
+    return plan
+
+
+def test_planner_plans_as_plan_joint_does():
+    model, (x,) = random_model(0, size=8, kinds=FUZZ_KINDS)  # a matmul and a dropout
+    (joint, _, num_fwd), _ = trace_joint(model, x.requires_grad_())
+    plan = planner(joint, num_fwd)
+    for fields in (
+        {"memory_budget": 0.3},
+        {"memory_budget": 0.0, "rng": "save"},
+        {"memory_budget": 0.0, "save_ops": ("aten.mm",)},
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            alone = plan_joint(copy.deepcopy(joint), num_fwd, RematConfig(inner="aot_eager", **fields)).plan
+        assert plan(**fields) == alone, fields
 
 
 def test_blocks_and_recipes_follow_the_module_structure(gpt):
@@ -137,10 +175,11 @@ def test_dropout_scratch_is_counted_so_fraction_budgets_hold(gpt, fraction):
 @pytest.mark.parametrize("fraction", [0.0, 0.5])
 def test_replay_is_never_worse_than_save_on_gpt(gpt, fraction):
     _, _, captured = gpt
-    save = planned(captured, memory_budget=fraction, rng="save").plan
-    replay_least = planned(captured, memory_budget=0.0, rng="replay").plan
-    assert replay_least.peak_bytes <= planned(captured, memory_budget=0.0, rng="save").plan.peak_bytes
-    at_same_bytes = planned(captured, memory_budget=save.budget_bytes, rng="replay").plan
+    plan = planner(captured.joint, captured.num_fwd_outputs)
+    save = plan(fraction, rng="save")
+    replay_least = plan(0.0, rng="replay")
+    assert replay_least.peak_bytes <= plan(0.0, rng="save").peak_bytes
+    at_same_bytes = plan(save.budget_bytes, rng="replay")
     assert at_same_bytes.peak_bytes <= save.budget_bytes or not save.feasible
     assert at_same_bytes.recompute_flops <= save.recompute_flops
 
@@ -152,12 +191,7 @@ def test_replay_is_never_worse_than_save_on_random_graphs(seed):
     model, (x,) = random_model(seed, size=rng.randint(6, 12), kinds=FUZZ_KINDS)
     x.requires_grad_()
     (joint, _, num_fwd), _ = trace_joint(model, x)
-
-    def plan(**fields):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return plan_joint(copy.deepcopy(joint), num_fwd, RematConfig(inner="aot_eager", **fields)).plan
-
+    plan = planner(joint, num_fwd)
     save_least, replay_least = plan(memory_budget=0.0, rng="save"), plan(memory_budget=0.0, rng="replay")
     assert replay_least.peak_bytes <= save_least.peak_bytes
     for fraction in (0.5, 0.2):
@@ -191,8 +225,9 @@ def test_an_empty_save_list_is_never_worse_than_a_one_kind_list_on_gpt(gpt):
     _, _, captured = gpt
     kinds = _heavy_kinds(planned(captured, memory_budget=0.0).problem.graph)
     assert "aten.mm" in kinds, kinds
+    plan = planner(captured.joint, captured.num_fwd_outputs)
     for kind in kinds:
-        _assert_free_list_no_worse(lambda **f: planned(captured, **f).plan, (kind,))
+        _assert_free_list_no_worse(plan, (kind,))
 
 
 def _matmul_seeds(count: int) -> list[int]:
@@ -214,12 +249,7 @@ def test_an_empty_save_list_is_never_worse_than_a_one_kind_list_on_random_graphs
     model, (x,) = random_model(seed, size=rng.randint(6, 12), kinds=FUZZ_KINDS)
     x.requires_grad_()
     (joint, _, num_fwd), _ = trace_joint(model, x)
-
-    def plan(**fields):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return plan_joint(copy.deepcopy(joint), num_fwd, RematConfig(inner="aot_eager", **fields)).plan
-
+    plan = planner(joint, num_fwd)
     kinds = _heavy_kinds(plan(memory_budget=0.0).problem.graph)
     assert kinds, seed
     for kind in kinds:
