@@ -16,11 +16,11 @@ from remat.plan.evaluate import Evaluator
 from remat.plan.recipes import SAVED_OPS, blocks, recipes
 from remat.plan import family, greedy
 from remat.plan.family import HEAVY_OPS, recipe_family
-from remat.plan.solve import _plan, make_plan
+from remat.plan.solve import _plan
 from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch
 
 from random_graphs import FUZZ_KINDS, random_model
-from test_fuzz import trace_joint
+from test_fuzz import plan_of, trace_joint
 
 CONFIG = GPTConfig(vocab=128, n_layer=4, d_model=64, n_head=4, seq_len=32, dropout=0.1)
 
@@ -54,11 +54,9 @@ def planner(joint, num_fwd_outputs: int, inner: str = "aot_eager"):
             if key not in built:
                 config = RematConfig(inner=inner, memory_budget=0.0, **fields)
                 problem = plan_joint(copy.deepcopy(joint), num_fwd_outputs, config).problem
-                built[key] = problem, Evaluator(problem, config.solver_time_limit)
-            problem, evaluator = built[key]
-            config = RematConfig(inner=inner, memory_budget=memory_budget, **fields)
-            value = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
-            return make_plan(problem, config.budget_kind(), value, config.solver, config.strict, evaluator)
+                built[key] = problem, Evaluator(problem, config.solver_time_limit), config.solver
+            problem, evaluator, solver = built[key]
+            return plan_of(problem, memory_budget, solver, evaluator)
 
     return plan
 

@@ -21,9 +21,9 @@ of the REPAIR_TRIES recomputed values held at the peak that cost most per byte â
 made before, even when the peak does not fall (a walk out of a local minimum), for as many steps as greedy's walks
 take (greedy.max_steps); beyond LARGE_GRAPH nodes, where each simulation costs more, only the lowest-peak plan
 (LARGE_REPAIR_STARTS). A step simulates only the moves whose floor may reach the least peak among them
-(evaluate.least_peak). Two tries each way, not four, plan as cheaply on seeded random graphs (the geometric mean of
-the cost ratio at greedy's budgets 1.000 under aot_eager, 0.992 under inductor, 30 graphs) in a third of the time.
-And greedy's peak-targeted walk (greedy.peak_walk) runs from the sweep's most-saving plan (the highest
+(evaluate.least_peak). Two tries each way: four plan no cheaper on seeded random graphs (at greedy's budgets, the
+geometric mean of their cost over two's is 1.000 under aot_eager, 1.008 under inductor, 30 graphs) in three times
+the time. And greedy's peak-targeted walk (greedy.peak_walk) runs from the sweep's most-saving plan (the highest
 price's), which saves all it may where recomputing costs anything. Neither walk alone reaches every peak greedy does
 on seeded random graphs (benchmarks/solver_misses.py; tests/test_mincut.py). The grid, the rounds and the walks do
 not depend on the budget: `pick` takes the cheapest plan of the family whose *simulated peak* meets it.
@@ -287,9 +287,7 @@ def peak_rounds(
     return found
 
 
-def repair(
-    problem: Problem, evaluator: Evaluator, start: Scored, seen: set[frozenset[str]], tries: int = REPAIR_TRIES
-) -> list[Scored]:
+def repair(problem: Problem, evaluator: Evaluator, start: Scored, seen: set[frozenset[str]]) -> list[Scored]:
     """The plans a walk from `start` takes, one value moved per step (module docstring), none in `seen` (which they
     join); the walk ends when every move leads to a plan in `seen`, or after as many steps as greedy's walks take."""
     choosable = set(problem.choosable)
@@ -306,7 +304,7 @@ def repair(
             key=lambda n: greedy.ratio(problem, n),
             reverse=True,
         )
-        moves = [chosen | {n} for n in ups[:tries]] + [chosen - {n} for n in downs[:tries]]
+        moves = [chosen | {n} for n in ups[:REPAIR_TRIES]] + [chosen - {n} for n in downs[:REPAIR_TRIES]]
         moves = [m for m in moves if m not in seen]
         if not moves:
             break
