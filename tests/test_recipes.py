@@ -13,7 +13,7 @@ from remat.config import RematConfig
 from remat.explain import capture_joints
 from remat.pipeline import plan_joint
 from remat.plan.evaluate import Evaluator
-from remat.plan.recipes import SAVED_OPS, blocks, recipes
+from remat.plan.recipes import SAVED_OPS, block_outputs, blocks, recipes
 from remat.plan import family, greedy
 from remat.plan.family import HEAVY_OPS, recipe_family
 from remat.plan.solve import _plan
@@ -99,6 +99,31 @@ def test_blocks_and_recipes_follow_the_module_structure(gpt):
     core = dict(recipes(problem))["Megatron selective (attention core)"]
     assert set(softmaxes) <= core and not any(graph[n].op in ("aten.addmm.default", "aten.mm.default") for n in core)
     assert all(".attn" in graph[n].module_path for n in core)
+
+
+def test_under_inductor_every_proposal_recomputing_a_block_output_has_a_twin_saving_them(gpt):
+    model, (idx, tgt), _ = gpt
+    (captured,) = capture_joints(lambda i, t: gpt_loss(model, i, t), idx, tgt, inner="inductor")
+    problem = planned(captured, inner="inductor").problem
+    graph, found = problem.graph, blocks(problem)
+    outputs = block_outputs(problem)
+    # each block's residual stream out of it, read by the next block (or the head)
+    residuals = {n for n in outputs if graph[n].op == "aten.add.Tensor"}
+    assert sorted(found[n] for n in residuals) == [0, 1, 2, 3]
+    for name in outputs:
+        readers = [u for s in graph.values if s.storage == graph[name].storage for u in s.users]
+        assert any(graph[u].role.name in ("FORWARD", "OUTPUT") and found.get(u) != found[name] for u in readers)
+    evaluator = Evaluator(problem)
+    members = family.heuristic_family(evaluator)
+    proposed = {m.chosen for m in members}
+    # every proposal, that is, all but the inner compiler's own plan
+    recomputing = [m for m in members if m.chosen & outputs and m.label != problem.baseline.kind]
+    assert recomputing and all(m.chosen - outputs in proposed for m in recomputing)
+    twins = [m.label for m in members if m.label.endswith(", block outputs saved")]
+    assert "op-level SAC (whole graph), block outputs saved" in twins
+    # without fusion (aot_eager) a recomputed block output is no chain of inlined loops: no twins are proposed
+    eager = family.heuristic_family(Evaluator(planned(gpt[2]).problem))
+    assert not [m.label for m in eager if m.label.endswith(", block outputs saved")]
 
 
 def test_a_recipe_plan_names_its_recipe(gpt):

@@ -4,7 +4,8 @@ A family holds the inner compiler's own plan, the hand-written recipes (recipes.
 builders named (greedy's, mincut's). Where random ops may be replayed, the proposals made with every random op saved
 (what rng="save" searches) join it, so allowing replay never yields a worse plan; and for each compute-heavy op kind,
 the proposals made with every such output saved, so an empty save list never yields a costlier plan than a one-kind
-list. `pick` then takes from it what a budget allows (evaluate.py).
+list. Under inductor, each proposal that recomputes a repeated block's output comes with its twin that saves the
+blocks' outputs (_with_outputs_saved). `pick` then takes from it what a budget allows (evaluate.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import types
 from . import greedy, mincut
 from .evaluate import Evaluator, Scored
 from .problem import Problem
-from .recipes import SAVED_OPS, recipes
+from .recipes import SAVED_OPS, block_outputs, recipes
 
 BUILDERS = {"greedy": greedy.family, "mincut": mincut.family, "mincut-sweep": mincut.sweep_family}
 HEAVY_OPS = SAVED_OPS | {"aten.convolution.default"}
@@ -23,16 +24,36 @@ HEAVY_OPS = SAVED_OPS | {"aten.convolution.default"}
 
 def heuristic_family(evaluator: Evaluator, parts: tuple[str, ...] = ("greedy", "mincut-sweep")) -> list[Scored]:
     """The baseline, the recipes and the proposals of the `parts` builders (BUILDERS), with their variants."""
-    members = [evaluator.baseline(), *_default_partition(evaluator)] + evaluator.family("recipes", recipe_family)
-    members += [s for part in parts for s in evaluator.family(part, BUILDERS[part])]
+    members = [evaluator.baseline(), *_default_partition(evaluator)]
+    members += _with_outputs_saved(evaluator, ("recipes", *parts))
     saving = _random_ops_saved(evaluator.problem)
     if saving is not None:
-        inner = evaluator.variant("rng-saved", saving)
-        members += [s for part in parts for s in inner.family(part, BUILDERS[part])]
+        members += _with_outputs_saved(evaluator.variant("rng-saved", saving), parts)
     for kind, kept in _heavy_ops_saved(evaluator.problem):
         inner = evaluator.variant(f"saving {kind}", kept)
         members += heuristic_family(inner, parts)
     return members
+
+
+def _with_outputs_saved(evaluator: Evaluator, parts: tuple[str, ...]) -> list[Scored]:
+    """The proposals of the `parts` builders and, under inductor, each proposal that recomputes a block's output
+    once more with the blocks' outputs saved.
+
+    inductor computes a value that is not written out inside the loops that read it: a recomputed block output
+    inside the next block's loops, and so on down a residual stream recomputed from block to block. Every block's
+    kernels then differ from the others' (each compiled on its own: a 4-layer Llama-style model's backward went from
+    11 kernels under plain inductor to 21) and repeat the stream's sums for each reader. Saving the outputs keeps
+    the blocks alike; the pick takes that plan wherever it meets the budget at no higher cost."""
+    built = {**BUILDERS, "recipes": recipe_family}
+    proposals = [s for part in parts for s in evaluator.family(part, built[part])]
+    outputs = evaluator.once("block outputs", lambda problem, _: block_outputs(problem) if problem.fuses else None)
+    if not outputs:
+        return proposals
+    return proposals + [
+        evaluator.score(s.chosen - outputs, f"{s.label}, block outputs saved" if s.label else "")
+        for s in proposals
+        if s.chosen & outputs
+    ]
 
 
 def _default_partition(evaluator: Evaluator) -> list[Scored]:

@@ -67,6 +67,14 @@ def blocks(problem: Problem) -> dict[str, int]:
     return found
 
 
+def block_outputs(problem: Problem) -> frozenset[str]:
+    """The choosable values of the repeated blocks that forward nodes outside their block read (a block's output,
+    the next block's input), with the values sharing their storage."""
+    block = blocks(problem)
+    in_blocks = frozenset(n for n in problem.choosable if n in block)
+    return in_blocks - _inside(problem, block)
+
+
 def _inside(problem: Problem, group: dict[str, int]) -> frozenset[str]:
     """The choosable values of `group` (value → group number) that no forward node outside their group reads."""
     graph = problem.graph
