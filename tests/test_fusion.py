@@ -9,7 +9,6 @@ import types
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import remat
@@ -17,7 +16,7 @@ from remat import zoo
 from remat.config import RematConfig
 from remat.explain import capture_joints
 from remat.pipeline import plan_joint
-from remat.plan import fusion, reuse
+from remat.plan import fusion
 from remat.plan.simulate import lifetimes
 from remat.rewrite.split import mark_blocks
 
@@ -37,48 +36,22 @@ def test_kinds():
 
 def test_reuse_holds_a_freed_buffer_until_the_next_allocation_of_its_size():
     # owner 0 (key A) lives 0..1; owner 1 (key B) is allocated at 2; owner 2 (key A) at 4 takes owner 0's buffer
-    # (held over steps 2..3 it makes 5 bytes live there, below the 8 of steps 4..6)
-    keys, sizes = ["A", "B", "A", "C"], [4, 1, 4, 4]
-    spans = [(0, 0, 1), (1, 2, 3), (2, 4, 6), (3, 4, 6)]
-    assert reuse.reuse(spans, keys, 100, sizes) == [(0, 0, 3), (1, 2, 3), (2, 4, 6), (3, 4, 6)]
+    keys = ["A", "B", "A"]
+    spans = [(0, 0, 1), (1, 2, 3), (2, 4, 6)]
+    assert fusion.reuse(spans, keys, boundary=100) == [(0, 0, 3), (1, 2, 3), (2, 4, 6)]
     # the most recently released buffer is taken first; the other is freed where it was
     spans = [(0, 0, 1), (0, 0, 2), (2, 5, 6)]
-    assert reuse.reuse(spans, ["A", "A", "A"], 100, [4, 4, 4]) == [(0, 0, 1), (0, 0, 4), (2, 5, 6)]
+    assert fusion.reuse(spans, ["A", "A", "A"], boundary=100) == [(0, 0, 1), (0, 0, 4), (2, 5, 6)]
     # a buffer is allocated before its kernel runs and the kernel's last reads released after: no reuse in one step
-    assert reuse.reuse([(0, 0, 3), (2, 3, 5)], keys, 100, sizes) == [(0, 0, 3), (2, 3, 5)]
-
-
-def test_reuse_never_raises_the_estimated_peak():
-    # owner 0 (4 bytes) is released after step 1; owner 2 takes its size at step 5. Owner 1 (6 bytes) lives over
-    # steps 2..3, so holding owner 0 there would make 10 bytes live, above the peak of 6 without reuse: inductor
-    # allocates anew and frees owner 0 where it was.
-    keys, sizes = ["A", "B", "A"], [4, 6, 4]
-    spans = [(0, 0, 1), (1, 2, 3), (2, 5, 6)]
-    assert reuse.reuse(spans, keys, 100, sizes) == spans
-    # owner 1 (2 bytes) lives from step 0 to 6: the peak is 6 (steps 0, 1, 4..6) and holding owner 0 over steps 2..3
-    # makes 2 + 4 = 6 live there, within it
-    spans = [(1, 0, 6), (0, 0, 1), (2, 4, 6)]
-    assert reuse.reuse(spans, ["A", "B", "A"], 100, [4, 2, 4]) == [(1, 0, 6), (0, 0, 3), (2, 4, 6)]
+    assert fusion.reuse([(0, 0, 3), (2, 3, 5)], keys, boundary=100) == [(0, 0, 3), (2, 3, 5)]
 
 
 def test_reuse_stays_within_one_module():
-    keys, sizes = ["A", "A", "A"], [4, 4, 4]
+    keys = ["A", "A", "A"]
     # freed in forward (steps < 4), allocated in backward: separate modules, nothing held
-    assert reuse.reuse([(0, 0, 1), (2, 5, 6)], keys, 4, sizes) == [(0, 0, 1), (2, 5, 6)]
+    assert fusion.reuse([(0, 0, 1), (2, 5, 6)], keys, boundary=4) == [(0, 0, 1), (2, 5, 6)]
     # a saved value (forward → backward) is the backward's input: freed, never reused
-    assert reuse.reuse([(0, 0, 5), (2, 7, 8)], keys, 4, sizes) == [(0, 0, 5), (2, 7, 8)]
-
-
-def test_loops_fused_into_one_kernel_run_where_the_first_was_after_what_any_waits_for():
-    # 1 and 4 read one value and run as one kernel; 4 also waits for 3, so 3 runs ahead of the kernel, and 2, which
-    # reads 1's output, after it (inductor: fused nodes sorted by their first position, then a topological sort)
-    a = types.SimpleNamespace(distinct=[(), (0,), (1,), (0,), (3,)])
-    assert fusion.grouped(a, [0, 1, 2, 3, 4], [(1, 4)]) == [0, 3, 1, 4, 2]
-    assert fusion.grouped(a, [0, 1, 2, 3, 4], []) == [0, 1, 2, 3, 4]
-    # loops of one kernel where one waits for the other through a third node: no order runs them together, the
-    # schedule stays as it was
-    a = types.SimpleNamespace(distinct=[(), (0,), (1,), (2,)])
-    assert fusion.grouped(a, [0, 1, 2, 3], [(1, 3)]) == [0, 1, 2, 3]
+    assert fusion.reuse([(0, 0, 5), (2, 7, 8)], keys, boundary=4) == [(0, 0, 5), (2, 7, 8)]
 
 
 class MMAdd(nn.Module):
@@ -298,44 +271,6 @@ def test_a_recomputed_value_read_only_by_pointwise_loops_gets_no_buffer_under_in
     assert {sin, cos} <= set(fused.resolved.recomputed) and {sin, cos} <= set(eager.resolved.recomputed)
     assert {sin, cos} <= _recomputed_buffers(eager)  # op by op, each recomputed op writes its output
     assert _recomputed_buffers(fused) == {cos}  # under inductor sin(h) is computed inside the loops reading it
-
-
-class SwiGLU(nn.Module):
-    """silu(x @ g) * (x @ u) @ d, the feed-forward of a Llama-style block; 512 x 512 fp32 tensors are 1 MiB."""
-
-    def __init__(self):
-        super().__init__()
-        self.g, self.u, self.d = (nn.Parameter(torch.randn(512, 512) / 512**0.5) for _ in range(3))
-
-    def forward(self, x):
-        return ((F.silu(x @ self.g) * (x @ self.u)) @ self.d).sum()
-
-
-@pytest.mark.inductor
-def test_a_value_whose_readers_are_one_kernel_gets_no_buffer_and_the_kernel_runs_as_inductor_runs_it():
-    """silu(x @ g) recomputed in backward is read by two loops: the recomputed product with x @ u (the down
-    projection's weight gradient reads it) and the up projection's gradient, grad * silu. silu computes exp, so a
-    value two kernels read is written out; but the two loops are of silu's size and neither waits for the other, so
-    inductor fuses both with it into one kernel and drops silu's buffer. That kernel writes both products at once,
-    after the matmul the second waits for: the measured peak is the simulated one."""
-    x = torch.randn(512, 512, requires_grad=True)
-    silu_ops = ("aten.neg.default", "aten.exp.default", "aten.add.Tensor", "aten.div.Tensor", "aten.mul.Tensor")
-    policy = _recompute(*silu_ops)
-    fused = _planned(SwiGLU(), x, inner="inductor", memory_budget=None, policy=policy)
-    (silu,) = _by_op(fused, "aten.div.Tensor")
-    (product,) = _by_op(fused, "aten.mul.Tensor")
-    assert {silu, product} <= set(fused.resolved.recomputed)
-    assert silu not in _recomputed_buffers(fused) and product in _recomputed_buffers(fused)
-    torch.manual_seed(0)
-    model = SwiGLU()
-    torch._dynamo.reset()
-    with torch._inductor.config.patch(fx_graph_cache=False):
-        compiled = torch.compile(model, backend="remat", options={"memory_budget": None, "policy": policy})
-        compiled(x).backward()
-        plan = remat.last_plan()
-        measured = remat.measure.training_peak(lambda: compiled(x).backward(), [x, *model.parameters()])
-    assert silu not in _recomputed_buffers(plan)
-    assert abs(measured - plan.peak_bytes) <= 0.05 * plan.peak_bytes
 
 
 class SharedTable(nn.Module):

@@ -6,8 +6,7 @@ inductor does not run the forward and backward modules node by node. The simulat
 - ``add(mm(a, b), c)`` becomes one ``addmm(c, a, b)`` that runs where the add runs, so ``a`` and ``b`` stay live
   until then (a tied embedding's weight gradient keeps the logits' gradient until the end of backward);
 - a buffer a module allocated and no longer reads is kept for the module's next allocation of the same dtype and
-  size, so it stays live until then, unless holding it would raise inductor's estimate of the module's peak
-  (reuse.py);
+  size, so it stays live until then;
 - recomputation runs where the schedule puts it: remat numbers each run of recomputed nodes in the backward module
   (rewrite/split.mark_blocks) and, while inductor lowers it, refuses horizontal fusion across runs
   (_torch.fusion_barrier). On a torch without that hook inductor fuses a recomputed loop computed from saved values
@@ -17,14 +16,12 @@ inductor does not run the forward and backward modules node by node. The simulat
 - a forward value, a recomputed value or a backward gradient, computed by a pointwise op and read only by pointwise
   or reduction loops is computed inside those loops and never written out; what it reads stays live until they run.
   It is written out after all when several kernels read it and it reads more than four buffers or (on CPU) computes
-  exp, log, sigmoid or tanh, and whenever it reads more than twelve buffers on CPU (eight elsewhere). Readers that
-  inductor fuses with it into one kernel (pointwise loops of its size, none waiting for another) are one kernel:
-  the buffer is dropped, and the kernel runs where the first of them was, after what any of them waits for (grouped);
+  exp, log, sigmoid or tanh, and whenever it reads more than twelve buffers on CPU (eight elsewhere);
 - a forward value the joint graph traces in its backward part (a gradient formula's factor the partition saves) is
   computed with the loops that produce its inputs, not after the whole forward (schedule.forward_ids);
 - a module's kernels run in inductor's least-peak-first order when its estimate finds that lower (reorder.py), and
   a loop writes its output over a buffer of its size it reads for the last time, unless a loop it does not
-  depend on reads that buffer too (reuse.in_place).
+  depend on reads that buffer too (in_place).
 
 Pure functions of the graph facts and the plan; forward and backward (with its recomputation) are separate modules,
 as each is its own inductor graph.
@@ -115,23 +112,12 @@ def folded(a, order: Sequence[int], member: bytearray, kept: bytearray) -> bytea
 
 
 def inlined(
-    a,
-    order: Sequence[int],
-    member: bytearray,
-    kept: bytearray,
-    eligible: bytearray,
-    folded_mm: bytearray,
-    kernels: list[tuple[int, ...]] | None = None,
+    a, order: Sequence[int], member: bytearray, kept: bytearray, eligible: bytearray, folded_mm: bytearray
 ) -> bytearray:
     """Per position, 1 for a value of `eligible` that inductor computes inside the kernels reading it: a pointwise
     value every reader of which (in the module) is a pointwise or reduction loop, and not one an addmm reads; still
     written out when several kernels read it and computing it in each would read more than READS_LIMIT buffers.
-    `folded_mm`: the module's mms that run inside an addmm (`folded`); they stay marked in the result.
-
-    `kernels`: given where the module's kernels run in schedule order (the fusion barrier holds), readers that
-    become one kernel with the value (`_one_kernel`) count once — inductor writes the value out, then drops the
-    buffer, as only that kernel reads it — and each such set of readers is appended to it (`grouped` orders the
-    module by them)."""
+    `folded_mm`: the module's mms that run inside an addmm (`folded`); they stay marked in the result."""
     kinds, allocates = a.kinds, a.allocates
     absorbing = bytearray(len(a.names))  # adds that run as an addmm (a library call reading its other input)
     for i in order:
@@ -160,89 +146,9 @@ def inlined(
             heavy[i] = 1
         read = len(buffers(i))
         shared = len(consumers) > 1 and (read > READS_LIMIT or heavy[i])
-        if shared and kernels is not None and _one_kernel(a, i, consumers, member):
-            shared = False
-            kernels.append(tuple(consumers))
         if shared or read > a.acc_reads[i]:
             out[i] = 0
             reads.pop(i, None)
-    return out
-
-
-def _one_kernel(a, i: int, consumers: list[int], member: bytearray) -> bool:
-    """Whether inductor fuses pointwise value `i` and the loops `consumers` that read it into one kernel: pointwise
-    loops of its iteration size, none computed from another. Each is then a consumer fused with its producer
-    (vertical fusion, which the fusion barrier between backward segments leaves alone). A reduction among them, or
-    one that waits for another in the module (`member`), leaves them in kernels of their own."""
-    if any(a.kinds[c] != POINTWISE or a.numel[c] != a.numel[i] for c in consumers):
-        return False
-    return not _any_ancestor(a, consumers, member)
-
-
-def _any_ancestor(a, nodes: list[int], member: bytearray) -> bool:
-    """Whether some node of `nodes` is an ancestor of another within the module (`member`; a search back from each,
-    no deeper than the lowest of them: positions are in graph order, so an ancestor precedes what reads it)."""
-    lowest = min(nodes)
-    targets = set(nodes)
-    for start in nodes:
-        seen, stack = {start}, [start]
-        while stack:
-            for v in a.distinct[stack.pop()]:
-                if v in targets and v != start:
-                    return True
-                if v > lowest and member[v] and v not in seen:
-                    seen.add(v)
-                    stack.append(v)
-    return False
-
-
-def grouped(a, order: Sequence[int], kernels: list[tuple[int, ...]] | None) -> list[int]:
-    """The module's schedule `order` once the loops of each set in `kernels` run as one kernel: inductor puts a fused
-    kernel where the first of its loops was and runs ahead of it what any of them waits for
-    (Scheduler.topological_sort_schedule over the fused nodes sorted by min_order). Sets that share a loop are one
-    kernel. `order` itself when there is nothing to fuse or the fused kernels would wait for each other."""
-    if not kernels:
-        return list(order)
-    parent: dict[int, int] = {}
-
-    def find(i: int) -> int:
-        while parent.get(i, i) != i:
-            i = parent[i]
-        return i
-
-    for loops in kernels:
-        first = find(loops[0])
-        for i in loops[1:]:
-            root = find(i)
-            if root != first:
-                parent[root] = first
-    position = {i: p for p, i in enumerate(order)}
-    loops_of: dict[int, list[int]] = {}
-    for i in order:
-        loops_of.setdefault(find(i), []).append(i)
-    distinct = a.distinct
-    out: list[int] = []
-    seen: set[int] = set()
-    for i in order:
-        unit = find(i)
-        if unit in seen:
-            continue
-        seen.add(unit)
-        stack = [(unit, iter([j for m in loops_of[unit] for j in distinct[m]]))]
-        while stack:
-            unit, pending = stack[-1]
-            for j in pending:
-                if j in position and find(j) not in seen:
-                    found = find(j)
-                    seen.add(found)
-                    stack.append((found, iter([k for m in loops_of[found] for k in distinct[m]])))
-                    break
-            else:
-                stack.pop()
-                out.extend(loops_of[unit])
-    at = {i: p for p, i in enumerate(out)}
-    if any(j in at and at[j] > at[i] for i in out for j in distinct[i]):
-        return list(order)
     return out
 
 
@@ -283,6 +189,83 @@ def expand(a, i: int, inlined: bytearray, memo: dict[int, tuple[int, ...]]) -> t
     return result
 
 
+def reuse(spans: list[tuple[int, int, int]], keys: Sequence, boundary: int) -> list[tuple[int, int, int]]:
+    """inductor's buffer reuse: a buffer its module allocated and no longer reads is not freed at once but kept for
+    the module's next allocation of the same dtype and size (the most recently released first), so it stays live
+    until then. `spans`: (owner, first step, last step); `keys[owner]`: what must match; `boundary`: the first
+    backward step. Forward and backward are separate modules: a buffer is reused only within the module that
+    allocated and released it, and values passed from one to the other are never reused."""
+    firsts = [first for _, first, _ in spans]
+    lasts = [last for _, _, last in spans]
+    key = [keys[owner] for owner, _, _ in spans]
+    ends = list(lasts)
+    for module in (
+        [k for k in range(len(spans)) if firsts[k] < boundary and lasts[k] < boundary],
+        [k for k in range(len(spans)) if firsts[k] >= boundary and lasts[k] >= boundary],
+    ):
+        # Steps in order; at a step, a kernel's outputs are allocated before it runs, and what it read last is
+        # released after: an allocation at step s can take only buffers released before s. Sorting is stable, so
+        # spans of one step keep their order.
+        releases = sorted(module, key=lasts.__getitem__)
+        pool: dict[object, list[int]] = {}
+        released = 0
+        for k in sorted(module, key=firsts.__getitem__):
+            step = firsts[k]
+            while released < len(releases) and lasts[releases[released]] < step:
+                free = releases[released]
+                pool.setdefault(key[free], []).append(free)
+                released += 1
+            taken = pool.get(key[k])
+            if taken:
+                ends[taken.pop()] = step - 1  # held until this allocation takes it over (the most recent first)
+    out = list(spans)
+    for k in range(len(spans)):
+        if ends[k] != lasts[k]:
+            out[k] = (spans[k][0], firsts[k], ends[k])
+    return out
+
+
+def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segment) -> None:
+    """inductor's in-place buffers (torch._inductor.config.inplace_buffers): a loop that reads a buffer for the last
+    time, element for element as it writes its output (not through a view), and of the same dtype and size, writes
+    its output into that buffer, which ends the step before (`last`). A saved value counts: backward frees the
+    values it is handed. Not a recomputed loop's buffer: inductor computes a recomputed loop inside the kernels of
+    its segment that read it more often than fusion.inlined finds, and a buffer that is never written out is not
+    there to take. Values that leave the device keep their own lifetimes (simulate._split_transfers).
+    `forward`, `backward`: each module's (schedule, values computed inside other kernels, fusion.expand's memo);
+    `segment`: the backward segment of each node (`segments`; 0 in the forward), within which inductor fuses."""
+    a = problem.arrays
+    n = len(a.names)
+    storage, kinds, keys, plain = a.storage, a.kinds, a.reuse_keys, problem.instances
+    leaving = {a.index[s] for s in resolved.moves}
+    taken: set[int] = set()
+    step = -1
+    for in_bw, (order, inside, memo) in enumerate((forward, backward)):
+        loops = [i for i in order if not inside[i] and kinds[i] != OPAQUE and a.allocates[i]]
+        readers: dict[int, list[int]] = {}
+        for i in loops:
+            for j in expand(a, i, inside, memo):
+                readers.setdefault(storage[j], []).append(i)
+        loops_set = set(loops)
+        for i in order:
+            step += 1
+            if i not in loops_set:
+                continue
+            for j in expand(a, i, inside, memo):
+                if storage[j] != j or keys[j] != keys[i] or j in leaving:
+                    continue
+                if in_bw and recomputed[j] and kinds[j] != OPAQUE:
+                    continue
+                k = j + n if in_bw and recomputed[j] else plain[j]
+                if k >= 0 and k not in taken and last[k] == step and 0 <= alloc[k] < step:
+                    others = tuple(r for r in readers[j] if segment[r] == segment[i] and r != i)
+                    if not _sole_reader(a, i, others, problem.sole_readers):
+                        continue
+                    taken.add(k)
+                    last[k] = step - 1
+                    break
+
+
 def segments(a, bw: list[int], recomputed, hoists: bool) -> list[int]:
     """The backward segment of each node, as rewrite/split.mark_blocks numbers them in the backward module (a run of
     recomputed nodes starts one; forward nodes: 0). inductor's fusion keeps segments apart (_torch.fusion_barrier);
@@ -297,3 +280,33 @@ def segments(a, bw: list[int], recomputed, hoists: bool) -> list[int]:
         segment[i] = current
         previous = here
     return segment
+
+
+def _sole_reader(a, i: int, others: tuple[int, ...], memo: dict[tuple[int, tuple[int, ...]], bool]) -> bool:
+    """Whether loop `i` may take over a buffer the loops `others` of its segment read too: inductor writes in place
+    only when every other loop reading the buffer is one `i` depends on or ran in an earlier kernel. A loop of the same
+    segment reading the same buffer that `i` does not depend on is fused with `i` into one kernel (they share the
+    read), so the buffer is still being read while `i` writes; one of another segment ran in a kernel of its own.
+    The answer depends on the graph alone: `memo` (Problem.sole_readers) keeps it for the next plan that asks."""
+    if not others:
+        return True
+    key = (i, others)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _ancestors_all(a, i, others)
+    return found
+
+
+def _ancestors_all(a, i: int, others: tuple[int, ...]) -> bool:
+    """Whether every node of `others` is an ancestor of node `i` (a search back from `i`, no deeper than the lowest
+    of them: positions are in graph order, so an ancestor precedes what reads it)."""
+    lowest = min(others)
+    pending, seen = set(others), {i}
+    stack = [i]
+    while stack and pending:
+        for v in a.distinct[stack.pop()]:
+            pending.discard(v)
+            if v > lowest and v not in seen:
+                seen.add(v)
+                stack.append(v)
+    return not pending

@@ -14,7 +14,7 @@ import itertools
 import types
 from typing import Mapping
 
-from . import fusion, reorder, reuse
+from . import fusion, reorder
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
 from .schedule import backward_ids, forward_ids
@@ -108,8 +108,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     memo_bw: dict[int, tuple[int, ...]] = {}
     if problem.fuses:
         segment = fusion.segments(a, bw, recomputed, problem.hoists)  # in the module's order, before reordering
-        fw_in, bw_in, fw_kept, fw_kernels, bw_kernels = _fused(problem, resolved, in_fw, bw, excluded, recomputed)
-        fw, bw = fusion.grouped(a, fw, fw_kernels), fusion.grouped(a, bw, bw_kernels)
+        fw_in, bw_in, fw_kept = _fused(problem, resolved, in_fw, bw, excluded, recomputed)
         fw = reorder.peak_order(a, fw, fw_in, fw_kept, memo_fw)
         bw_out = bytearray(n)
         for i in excluded:
@@ -163,14 +162,14 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     saved = sorted({storage[a.index[s]] for s in resolved.saved})  # a saved view keeps its base's storage
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
     if problem.fuses:
-        reuse.in_place(problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last, segment)
+        fusion.in_place(problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last, segment)
     spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
     spans += _unused_outputs(problem, fw, bw, recomputed)
     arena: list[tuple[int, int]] = []
     if problem.transfer.contiguous:
         spans, arena = _pack(problem, resolved, spans, saved_spans, end)
     if problem.fuses:
-        spans = reuse.reuse(spans, a.reuse_keys, num_fw, None if problem.hoists else a.nbytes)
+        spans = fusion.reuse(spans, a.reuse_keys, num_fw)
     extra = _rng_spans(problem, resolved, fw, bw)
     if resolved.offloaded or resolved.sharded:
         spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans)
@@ -234,8 +233,7 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
     forward module (an mm inside an addmm, and values read only by pointwise loops) and in the backward module (an
     addmm's mm, and gradients and recomputed values read only by pointwise loops) — fusion.py. The forward writes out
     what it saves and returns; the backward its gradients. The recomputed loops that are written out run ahead with
-    the kernels they fuse with (_hoist). Then the forward's and the backward's sets of loops that run as one kernel
-    (fusion.inlined's `kernels`; None without the fusion barrier)."""
+    the kernels they fuse with (_hoist)."""
     a = problem.arrays
     n = len(a.names)
     fw = [i for i in range(n) if in_fw[i]]
@@ -250,15 +248,10 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
         bw_kept[i] = 1
     bw_folded = fusion.folded(a, bw, in_bw, bw_kept)
     fw_folded = fusion.folded(a, fw, in_fw, fw_kept)
-    # with the fusion barrier, kernels run where the schedule puts them, so loops fused into one kernel are found
-    fw_kernels: list[tuple[int, ...]] | None = None if problem.hoists else []
-    bw_kernels: list[tuple[int, ...]] | None = None if problem.hoists else []
     return (
-        fusion.inlined(a, fw, in_fw, fw_kept, in_fw, fw_folded, fw_kernels),
-        fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded, bw_kernels),
+        fusion.inlined(a, fw, in_fw, fw_kept, in_fw, fw_folded),
+        fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded),
         fw_kept,
-        fw_kernels,
-        bw_kernels,
     )
 
 
