@@ -6,12 +6,15 @@ Two kinds of greedy walks propose plans; each plan along a walk is simulated:
   spends no recompute on values that do not lower it.
 - ranked: all values ranked once by cost per byte (plain, and weighted by how long the value stays live into
   backward); each prefix of a ranking is a plan.
-On large graphs a walk moves several values per step, `Problem.walk_values // max_steps(graph)` of them (fewer where
-fewer are live at the peak), so that it simulates on the order of max_steps(graph) plans — fewer as the graph grows,
-since each simulation costs time linear in its size. walk_values counts the values kept by a save list or by
-rng="save" as choosable, so the walks of the family's variants (family.py) take the unconstrained walk's steps, and
-reuse its simulations, until it recomputes a value they keep. The walks do not depend on the budget, so `pick`
-(cheapest plan meeting the budget) gives peaks that never rise as the budget falls.
+Where a graph has more values than max_steps(graph), a walk moves several values per step, `Problem.walk_values /
+max_steps(graph)` of them rounded up (fewer where fewer are live at the peak), so that it simulates at most about
+max_steps(graph) plans — fewer as the graph grows, since each simulation costs time linear in its size. The plans
+between the values of a small step (at most BETWEEN) are members too, simulated only when a pick needs them: on the
+benchmark models (two values per step) the walks then simulate half as many plans and pick the same ones.
+walk_values counts the values kept by a save list or by rng="save" as choosable, so the walks of the family's variants
+(family.py) take the unconstrained walk's steps, and reuse its simulations, until it recomputes a value they keep.
+The walks do not depend on the budget, so `pick` (cheapest plan meeting the budget) gives peaks that never rise as
+the budget falls.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .problem import Problem
 MAX_STEPS = 96
 MIN_STEPS = 12
 NODE_STEPS = 150_000  # about steps × nodes simulated per walk
+BETWEEN = 8  # a step of up to this many values also proposes the plans between (each costs a resolve, not a simulation)
 
 
 def max_steps(problem: Problem) -> int:
@@ -57,7 +61,7 @@ def prefix_lengths(n: int, steps: int) -> list[int]:
 def peak_walk(problem: Problem, evaluator: Evaluator, start: frozenset[str] = frozenset()) -> list[Scored]:
     """The peak-targeted walk (module docstring) from recomputing `start` (default: nothing)."""
     choosable = set(problem.choosable)
-    batch = max(1, problem.walk_values // max_steps(problem))
+    batch = max(1, -(-problem.walk_values // max_steps(problem)))
     chosen: set[str] = set(start)
     current = evaluator.score(chosen)
     walk = [current]
@@ -68,7 +72,11 @@ def peak_walk(problem: Problem, evaluator: Evaluator, start: frozenset[str] = fr
         )
         if not options:
             return walk
-        chosen.update(options[:batch])
+        step = options[:batch]
+        for name in step[:-1] if len(step) <= BETWEEN else ():
+            chosen.add(name)  # the plans between: members too, simulated only where a pick needs one
+            walk.append(evaluator.score(chosen))
+        chosen.update(step)
         current = evaluator.score(chosen)
         walk.append(current)
 
