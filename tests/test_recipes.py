@@ -308,7 +308,7 @@ def test_a_walk_moving_several_values_per_step_proposes_the_plans_between(gpt, m
     _, _, captured = gpt
     free = planned(captured, memory_budget=0.0).problem
     monkeypatch.setattr(greedy, "MAX_STEPS", 40)
-    assert 2 <= -(-free.walk_values // greedy.max_steps(free)) <= greedy.BETWEEN
+    assert 2 <= greedy.step_values(free) <= greedy.BETWEEN
     evaluator = Evaluator(free)
     walk = greedy.peak_walk(free, evaluator)
     assert not walk[0].chosen and len(walk) == len(walk[-1].chosen) + 1

@@ -32,6 +32,11 @@ def max_steps(problem: Problem) -> int:
     return max(MIN_STEPS, min(MAX_STEPS, NODE_STEPS // max(len(problem.graph.values), 1)))
 
 
+def step_values(problem: Problem) -> int:
+    """How many values a step of a peak walk recomputes (module docstring): walk_values / max_steps, rounded up."""
+    return max(1, -(-problem.walk_values // max_steps(problem)))
+
+
 def ratio(problem: Problem, name: str, held: float | None = None) -> tuple:
     """The order greedy recomputes in: recompute cost per byte freed (`held`: bytes weighted by how long they are
     held instead of the value's bytes), then schedule position."""
@@ -61,7 +66,7 @@ def prefix_lengths(n: int, steps: int) -> list[int]:
 def peak_walk(problem: Problem, evaluator: Evaluator, start: frozenset[str] = frozenset()) -> list[Scored]:
     """The peak-targeted walk (module docstring) from recomputing `start` (default: nothing)."""
     choosable = set(problem.choosable)
-    batch = max(1, -(-problem.walk_values // max_steps(problem)))
+    batch = step_values(problem)
     chosen: set[str] = set(start)
     current = evaluator.score(chosen)
     walk = [current]
