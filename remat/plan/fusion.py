@@ -16,7 +16,9 @@ inductor does not run the forward and backward modules node by node. The simulat
 - a forward value, a recomputed value or a backward gradient, computed by a pointwise op and read only by pointwise
   or reduction loops is computed inside those loops and never written out; what it reads stays live until they run.
   It is written out after all when several kernels read it and it reads more than four buffers or (on CPU) computes
-  exp, log, sigmoid or tanh, and whenever it reads more than twelve buffers on CPU (eight elsewhere);
+  exp, log, sigmoid or tanh — unless its readers are loops of its size none of which depends on another: inductor
+  then fuses them with it into one kernel, which keeps it local (a recomputed SiLU that the up-projection's product
+  and the gradient's product both read) — and whenever it reads more than twelve buffers on CPU (eight elsewhere);
 - a forward value the joint graph traces in its backward part (a gradient formula's factor the partition saves) is
   computed with the loops that produce its inputs, not after the whole forward (schedule.forward_ids);
 - a module's kernels run in inductor's least-peak-first order when its estimate finds that lower (reorder.py), and
@@ -112,12 +114,42 @@ def folded(a, order: Sequence[int], member: bytearray, kept: bytearray) -> bytea
 
 
 def inlined(
-    a, order: Sequence[int], member: bytearray, kept: bytearray, eligible: bytearray, folded_mm: bytearray
+    a,
+    order: Sequence[int],
+    member: bytearray,
+    kept: bytearray,
+    eligible: bytearray,
+    folded_mm: bytearray,
+    groups: list[tuple[int, ...]] | None = None,
 ) -> bytearray:
     """Per position, 1 for a value of `eligible` that inductor computes inside the kernels reading it: a pointwise
     value every reader of which (in the module) is a pointwise or reduction loop, and not one an addmm reads; still
-    written out when several kernels read it and computing it in each would read more than READS_LIMIT buffers.
+    written out when several kernels read it and computing it in each would read more than READS_LIMIT buffers —
+    unless its readers are loops inductor fuses with it into one kernel (`one_kernel`), which then keeps it local to
+    that kernel; each such set of kernels is appended to `groups`, to run as one (reorder.together). Whether a
+    reader is a kernel or computed inside others is known once every value is decided: a value whose readers end up
+    in several kernels after all is written out, and the values after it decided again.
     `folded_mm`: the module's mms that run inside an addmm (`folded`); they stay marked in the result."""
+    written: set[int] = set()  # values whose readers run in kernels of their own after all
+    while True:
+        out, fused = _inline_pass(a, order, member, kept, eligible, folded_mm, None if groups is None else written)
+        found, undone = [], set()
+        for i, consumers in fused:
+            kernels = _kernels_of(a, consumers, out, member)
+            if kernels is None:
+                undone.add(i)
+            elif len(kernels) > 1:
+                found.append(kernels)
+        if not undone:
+            if groups is not None:
+                groups.extend(found)
+            return out
+        written |= undone
+
+
+def _inline_pass(a, order, member, kept, eligible, folded_mm, written: set[int] | None):
+    """One pass of `inlined` in `order`: (its result, the values the one-kernel rule kept local with their readers).
+    The rule applies to no value of `written`, and to none at all when `written` is None."""
     kinds, allocates = a.kinds, a.allocates
     absorbing = bytearray(len(a.names))  # adds that run as an addmm (a library call reading its other input)
     for i in order:
@@ -125,6 +157,7 @@ def inlined(
             absorbing[a.folds[i]] = 1
     out = bytearray(folded_mm)
     reads: dict[int, frozenset[int]] = {}
+    fused: list[tuple[int, list[int]]] = []
 
     def buffers(i: int) -> frozenset[int]:
         owner = a.storage[i]
@@ -146,10 +179,55 @@ def inlined(
             heavy[i] = 1
         read = len(buffers(i))
         shared = len(consumers) > 1 and (read > READS_LIMIT or heavy[i])
+        if shared and written is not None and i not in written and one_kernel(a, i, consumers, member):
+            shared = False
+            fused.append((i, consumers))
         if shared or read > a.acc_reads[i]:
             out[i] = 0
             reads.pop(i, None)
-    return out
+    return out, [(i, consumers) for i, consumers in fused if out[i]]
+
+
+def one_kernel(a, i: int, consumers: list[int], member: bytearray) -> bool:
+    """Whether inductor fuses value `i` and the loops reading it into one kernel, so that `i` is never written out
+    though several loops read it (its buffer is local to the kernel): they are pointwise loops over as many elements
+    as `i`, and none of them depends on another within the module (fusing them would make a cycle)."""
+    kinds, numel = a.kinds, a.numel
+    if any(kinds[c] != POINTWISE or numel[c] != numel[i] for c in consumers):
+        return False
+    return not _reaches(a, consumers, member)
+
+
+def _reaches(a, nodes: Sequence[int], member: bytearray) -> bool:
+    """Whether one of `nodes` reads another within the module, directly or through other nodes (a search forward
+    from each, no further than the highest of them: positions are in graph order, so a reader follows what it
+    reads)."""
+    targets, highest = set(nodes), max(nodes)
+    for start in nodes:
+        seen, stack = {start}, [start]
+        while stack:
+            for u in a.users[stack.pop()]:
+                if u in targets:
+                    return True
+                if member[u] and u < highest and u not in seen:
+                    seen.add(u)
+                    stack.append(u)
+    return False
+
+
+def _kernels_of(a, consumers: list[int], out: bytearray, member: bytearray) -> tuple[int, ...] | None:
+    """The kernels computing `consumers` (a consumer computed inside its one reader is computed in that reader's
+    kernel), in graph order; None when one is computed inside several kernels or the kernels read one another."""
+    kernels: dict[int, None] = {}
+    for c in consumers:
+        while out[c]:
+            readers = _readers(a, c, member)
+            if len(readers) != 1:
+                return None
+            c = readers[0]
+        kernels[c] = None
+    found = tuple(sorted(kernels))
+    return None if len(found) > 1 and _reaches(a, found, member) else found
 
 
 def _readers(a, i: int, member: bytearray) -> list[int]:

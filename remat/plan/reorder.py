@@ -23,18 +23,21 @@ from collections.abc import Sequence
 from . import fusion
 
 
-def peak_order(a, order: Sequence[int], inside: bytearray, outputs: bytearray, memo: dict) -> list[int]:
+def peak_order(
+    a, order: Sequence[int], inside: bytearray, outputs: bytearray, memo: dict, groups: Sequence[tuple[int, ...]] = ()
+) -> list[int]:
     """The order inductor runs the module's nodes in: `order`, or the greedy least-peak order when inductor's
     estimate finds that one lower. `inside`: values computed inside the kernels reading them (each runs just ahead of
-    its first reader); `outputs`: storages the module returns (never freed); `memo`:
-    fusion.expand's, for this module."""
+    its first reader); `outputs`: storages the module returns (never freed); `memo`: fusion.expand's, for this
+    module; `groups`: nodes inductor computes in one kernel (`together` has put each group's nodes next to one
+    another in `order`), which the greedy order keeps together."""
     # views are no kernels of inductor's: like the values computed inside kernels, each runs ahead of its first reader
     through = bytearray(inside)
     is_view = a.is_view
     for i in order:
         if is_view[i]:
             through[i] = 1
-    nodes = [i for i in order if not through[i]]
+    nodes = _kernel_nodes([i for i in order if not through[i]], groups)
     if len(nodes) < 3:
         return list(order)
     kernels = _Kernels(a, nodes, inside, outputs, memo, order, through)
@@ -48,19 +51,60 @@ def peak_order(a, order: Sequence[int], inside: bytearray, outputs: bytearray, m
     distinct = a.distinct
     member = kernels.member
     for k in greedy:
-        i = nodes[k]
-        stack = [(i, iter(distinct[i]))]
-        while stack:
-            node, pending = stack[-1]
-            for j in pending:
-                if member[j] and through[j] and not placed[j]:
-                    stack.append((j, iter(distinct[j])))
-                    break
-            else:
-                stack.pop()
-                placed[node] = 1
-                out.append(node)
+        for i in nodes[k]:
+            stack = [(i, iter(distinct[i]))]
+            while stack:
+                node, pending = stack[-1]
+                for j in pending:
+                    if member[j] and through[j] and not placed[j]:
+                        stack.append((j, iter(distinct[j])))
+                        break
+                else:
+                    stack.pop()
+                    placed[node] = 1
+                    out.append(node)
     return out + [i for i in order if not placed[i]]
+
+
+def together(a, order: Sequence[int], groups: list[tuple[int, ...]]) -> list[int]:
+    """`order` with each group of kernels inductor fuses into one (fusion.inlined) run together where the last of them
+    runs, and what reads an earlier one (the kernels after it in `order` that depend on it) moved after them, in
+    their order: inductor's fused kernel runs once all its inputs exist."""
+    out = list(order)
+    for group in groups:
+        position = {i: p for p, i in enumerate(out)}
+        if any(g not in position for g in group):
+            continue
+        first, final = min(position[g] for g in group), max(position[g] for g in group)
+        members = set(group)
+        waiting: set[int] = set()
+        stay, fused, after = [], [], []
+        for i in out[first : final + 1]:
+            if i in members:
+                fused.append(i)
+                waiting.add(i)
+            elif any(j in waiting for j in a.distinct[i]):
+                after.append(i)
+                waiting.add(i)
+            else:
+                stay.append(i)
+        out[first:] = stay + fused + after + out[final + 1 :]
+    return out
+
+
+def _kernel_nodes(nodes: list[int], groups: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The module's kernels in order, each the nodes it computes: one node, or a group where its first node runs."""
+    if not groups:
+        return [(i,) for i in nodes]
+    group_of = {i: group for group in groups for i in group}
+    out: list[tuple[int, ...]] = []
+    for i in nodes:
+        group = group_of.get(i)
+        if group is None:
+            out.append((i,))
+        elif i == min(group, key=nodes.index):
+            out.append(tuple(sorted(group, key=nodes.index)))
+    return out
 
 
 class _Kernels:
@@ -68,10 +112,17 @@ class _Kernels:
     planning sees them (memory.py: MemoryPlanningInfoForNode / ForBuffer)."""
 
     def __init__(
-        self, a, nodes: list[int], inside: bytearray, outputs: bytearray, memo: dict, order, through: bytearray
+        self,
+        a,
+        nodes: list[tuple[int, ...]],
+        inside: bytearray,
+        outputs: bytearray,
+        memo: dict,
+        order,
+        through: bytearray,
     ) -> None:
         storage, nbytes, allocates = a.storage, a.nbytes, a.allocates
-        position = {i: k for k, i in enumerate(nodes)}
+        position = {i: k for k, kernel in enumerate(nodes) for i in kernel}
         self.member = member = bytearray(len(a.names))
         for i in order:
             member[i] = 1
@@ -84,19 +135,20 @@ class _Kernels:
         self.readers: dict[int, list[int]] = {}
         self.outputs = outputs
         instances, distinct, readers, succs = a.instances, a.distinct, self.readers, self.succs
-        for k, i in enumerate(nodes):
+        for k, kernel in enumerate(nodes):
             buffers: dict[int, None] = {}
             preds: set[int] = set()
-            for j in distinct[i]:
-                found = after.get(j)
-                if found is not None:
-                    preds.update(found)
+            for i in kernel:
+                for j in distinct[i]:
+                    found = after.get(j)
+                    if found is not None:
+                        preds.update(found)
+                for j in fusion.expand(a, i, inside, memo):
+                    o = storage[j]
+                    # a buffer of the module, or an input it may free (a saved activation; never a parameter)
+                    if nbytes[o] and (o in position or instances[o] >= 0):
+                        buffers[o] = None
             preds.discard(k)
-            for j in fusion.expand(a, i, inside, memo):
-                o = storage[j]
-                # a buffer of the module, or an input it may free (a saved activation; never a parameter)
-                if nbytes[o] and (o in position or instances[o] >= 0):
-                    buffers[o] = None
             self.reads.append(tuple(buffers))
             for o in buffers:
                 if o in readers:
@@ -107,7 +159,7 @@ class _Kernels:
             succs.append([])
             for p in preds:
                 succs[p].append(k)
-            self.writes.append((i,) if allocates[i] else ())
+            self.writes.append(tuple(i for i in kernel if allocates[i]))
         self.produced = {o for w in self.writes for o in w}
 
     @staticmethod

@@ -108,12 +108,12 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     memo_bw: dict[int, tuple[int, ...]] = {}
     if problem.fuses:
         segment = fusion.segments(a, bw, recomputed, problem.hoists)  # in the module's order, before reordering
-        fw_in, bw_in, fw_kept = _fused(problem, resolved, in_fw, bw, excluded, recomputed)
-        fw = reorder.peak_order(a, fw, fw_in, fw_kept, memo_fw)
+        fw_in, bw_in, fw_kept, fw_groups, bw_groups = _fused(problem, resolved, in_fw, bw, excluded, recomputed)
+        fw = reorder.peak_order(a, reorder.together(a, fw, fw_groups), fw_in, fw_kept, memo_fw, fw_groups)
         bw_out = bytearray(n)
         for i in excluded:
             bw_out[i] = 1
-        bw = reorder.peak_order(a, bw, bw_in, bw_out, memo_bw)
+        bw = reorder.peak_order(a, reorder.together(a, bw, bw_groups), bw_in, bw_out, memo_bw, bw_groups)
     else:
         fw_in, bw_in = bytearray(n), bytearray(n)
     for pos, i in enumerate(fw):
@@ -233,7 +233,8 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
     forward module (an mm inside an addmm, and values read only by pointwise loops) and in the backward module (an
     addmm's mm, and gradients and recomputed values read only by pointwise loops) — fusion.py. The forward writes out
     what it saves and returns; the backward its gradients. The recomputed loops that are written out run ahead with
-    the kernels they fuse with (_hoist)."""
+    the kernels they fuse with (_hoist). Then each module's groups of kernels inductor fuses into one
+    (fusion.inlined's `groups`)."""
     a = problem.arrays
     n = len(a.names)
     fw = [i for i in range(n) if in_fw[i]]
@@ -248,10 +249,14 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
         bw_kept[i] = 1
     bw_folded = fusion.folded(a, bw, in_bw, bw_kept)
     fw_folded = fusion.folded(a, fw, in_fw, fw_kept)
+    fw_groups: list[tuple[int, ...]] = []
+    bw_groups: list[tuple[int, ...]] = []
     return (
-        fusion.inlined(a, fw, in_fw, fw_kept, in_fw, fw_folded),
-        fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded),
+        fusion.inlined(a, fw, in_fw, fw_kept, in_fw, fw_folded, fw_groups),
+        fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded, bw_groups),
         fw_kept,
+        fw_groups,
+        bw_groups,
     )
 
 
