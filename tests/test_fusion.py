@@ -46,35 +46,6 @@ def test_reuse_holds_a_freed_buffer_until_the_next_allocation_of_its_size():
     assert fusion.reuse([(0, 0, 3), (2, 3, 5)], keys, boundary=100) == [(0, 0, 3), (2, 3, 5)]
 
 
-def test_a_fallback_ops_outputs_take_no_kept_buffer():
-    # owner 1 is a fallback op's output (it allocates on its own): at 4 it leaves owner 0's buffer kept, and owner 2,
-    # inductor's, takes it at 6
-    keys, spans = ["A", "A", "A"], [(0, 0, 1), (1, 4, 8), (2, 6, 7)]
-    assert fusion.reuse(spans, keys, boundary=100) == [(0, 0, 3), (1, 4, 8), (2, 6, 7)]
-    assert fusion.reuse(spans, keys, boundary=100, takes=[True, False, True]) == [(0, 0, 5), (1, 4, 8), (2, 6, 7)]
-
-
-class DropoutMLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(512, 512) / 512**0.5)
-
-    def forward(self, x):
-        return nn.functional.dropout((x @ self.w).relu(), 0.1).sum()
-
-
-def test_inductor_allocates_the_buffers_of_loops_and_matmuls_not_those_of_fallback_ops():
-    x = torch.randn(512, 512, requires_grad=True)
-    with torch._inductor.config.patch(fallback_random=True):  # dropout runs as torch's own op, not inductor's loop
-        planned = _planned(DropoutMLP(), x, inner="inductor", memory_budget=None)
-    graph, a = planned.problem.graph, planned.problem.arrays
-    takes = {v.op: a.takes_kept[a.index[v.name]] for v in graph.values if v.role.name == "FORWARD"}
-    assert takes["aten.mm.default"] and takes["aten.relu.default"]
-    assert not takes["aten.native_dropout.default"]
-    dropout = next(v for v in graph.values if v.op == "aten.native_dropout.default")
-    assert not any(a.takes_kept[a.index[u]] for u in dropout.users)  # its outputs, picked by getitem
-
-
 def test_reuse_stays_within_one_module():
     keys = ["A", "A", "A"]
     # freed in forward (steps < 4), allocated in backward: separate modules, nothing held

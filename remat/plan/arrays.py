@@ -10,9 +10,6 @@ from ..capture import BACKWARD_FORMULA, Graph, Role
 from . import fusion
 
 PRIMAL, TANGENT, FORWARD, BACKWARD, OUTPUT = range(5)
-# Opaque ops inductor runs as library calls writing into a buffer it allocated (and may have kept for reuse); every
-# other opaque op (a fallback: random ops, attention kernels, cumsum) allocates its outputs itself.
-OUT_BUFFER_OPS = frozenset({"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"})
 _CODES = {
     Role.PRIMAL: PRIMAL,
     Role.TANGENT: TANGENT,
@@ -43,7 +40,6 @@ class Arrays:
     users: tuple[tuple[int, ...], ...] = ()
     is_view: tuple[bool, ...] = ()
     reuse_keys: tuple[tuple[str, int], ...] = ()  # (dtype, bytes): which freed buffer inductor may reuse for it
-    takes_kept: tuple[bool, ...] = ()  # whether inductor allocates its buffer itself, so may reuse one (fusion.reuse)
     formula: tuple[bool, ...] = ()  # traced in the backward pass (a gradient formula's sin(x)): capture's marker
     heavy: tuple[bool, ...] = ()  # an op inductor writes out when several kernels read it (fusion.HEAVY_CPU)
     acc_reads: tuple[int, ...] = ()  # buffers a loop may read before inductor writes it out (fusion.ACC_READS_LIMIT)
@@ -78,7 +74,6 @@ def arrays(graph: Graph) -> Arrays:
         users=tuple(tuple(index[u] for u in v.users) for v in graph.values),
         is_view=tuple(v.is_view for v in graph.values),
         reuse_keys=tuple((v.dtype, v.nbytes) for v in graph.values),
-        takes_kept=tuple(_allocated_by_inductor(graph, v) for v in graph.values),
         formula=tuple(BACKWARD_FORMULA in v.tags for v in graph.values),
         heavy=tuple(v.device == "cpu" and v.op in fusion.HEAVY_CPU for v in graph.values),
         acc_reads=tuple(fusion.ACC_READS_LIMIT.get(v.device, fusion.ACC_READS_DEFAULT) for v in graph.values),
@@ -103,11 +98,3 @@ def _workspace(graph: Graph, v, index: dict[str, int]) -> int:
     if v.op == "aten.native_dropout_backward.default":
         return index[v.name]
     return -1
-
-
-def _allocated_by_inductor(graph: Graph, v) -> bool:
-    """Whether inductor allocates the value's buffer itself: a loop's, a library call's it passes an out= buffer
-    (OUT_BUFFER_OPS), an output of a loop computing several; not a fallback op's (nor the getitems of one)."""
-    if v.op == "getitem" and v.inputs:
-        v = graph[v.inputs[0]]
-    return fusion.kind(v) != fusion.OPAQUE or v.op in OUT_BUFFER_OPS

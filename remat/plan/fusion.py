@@ -6,8 +6,7 @@ inductor does not run the forward and backward modules node by node. The simulat
 - ``add(mm(a, b), c)`` becomes one ``addmm(c, a, b)`` that runs where the add runs, so ``a`` and ``b`` stay live
   until then (a tied embedding's weight gradient keeps the logits' gradient until the end of backward);
 - a buffer a module allocated and no longer reads is kept for the module's next allocation of the same dtype and
-  size, so it stays live until then; an op inductor runs as a fallback (a random op, an attention kernel) allocates
-  its outputs on its own and takes no kept buffer;
+  size, so it stays live until then;
 - recomputation runs where the schedule puts it: remat numbers each run of recomputed nodes in the backward module
   (rewrite/split.mark_blocks) and, while inductor lowers it, refuses horizontal fusion across runs
   (_torch.fusion_barrier). On a torch without that hook inductor fuses a recomputed loop computed from saved values
@@ -268,17 +267,12 @@ def expand(a, i: int, inlined: bytearray, memo: dict[int, tuple[int, ...]]) -> t
     return result
 
 
-def reuse(
-    spans: list[tuple[int, int, int]], keys: Sequence, boundary: int, takes: Sequence[bool] = ()
-) -> list[tuple[int, int, int]]:
+def reuse(spans: list[tuple[int, int, int]], keys: Sequence, boundary: int) -> list[tuple[int, int, int]]:
     """inductor's buffer reuse: a buffer its module allocated and no longer reads is not freed at once but kept for
     the module's next allocation of the same dtype and size (the most recently released first), so it stays live
     until then. `spans`: (owner, first step, last step); `keys[owner]`: what must match; `boundary`: the first
     backward step. Forward and backward are separate modules: a buffer is reused only within the module that
-    allocated and released it, and values passed from one to the other are never reused. `takes[owner]`: whether
-    inductor allocates the owner's buffer itself (default: every one); an op it runs as a fallback (a random op, an
-    attention kernel) allocates its outputs and scratch on its own, so they never take a kept buffer, which stays
-    kept — though the buffers such an op released may be taken by a later allocation."""
+    allocated and released it, and values passed from one to the other are never reused."""
     firsts = [first for _, first, _ in spans]
     lasts = [last for _, _, last in spans]
     key = [keys[owner] for owner, _, _ in spans]
@@ -299,7 +293,7 @@ def reuse(
                 free = releases[released]
                 pool.setdefault(key[free], []).append(free)
                 released += 1
-            taken = pool.get(key[k]) if not takes or takes[spans[k][0]] else None
+            taken = pool.get(key[k])
             if taken:
                 ends[taken.pop()] = step - 1  # held until this allocation takes it over (the most recent first)
     out = list(spans)

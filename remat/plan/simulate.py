@@ -169,7 +169,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     if problem.transfer.contiguous:
         spans, arena = _pack(problem, resolved, spans, saved_spans, end)
     if problem.fuses:
-        spans = fusion.reuse(spans, a.reuse_keys, num_fw, a.takes_kept)
+        spans = fusion.reuse(spans, a.reuse_keys, num_fw)
     extra = _rng_spans(problem, resolved, fw, bw)
     if resolved.offloaded or resolved.sharded:
         spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans)
