@@ -249,14 +249,16 @@ def _fused(problem: Problem, resolved: Resolved, in_fw: bytearray, bw: list[int]
         bw_kept[i] = 1
     bw_folded = fusion.folded(a, bw, in_bw, bw_kept)
     fw_folded = fusion.folded(a, fw, in_fw, fw_kept)
-    fw_groups: list[tuple[int, ...]] = []
-    bw_groups: list[tuple[int, ...]] = []
+    # Without the fusion barrier inductor fuses across segments as well (_hoist's model); the one-kernel rule is the
+    # barrier's: inductor then fuses the loops reading a value where the schedule puts them.
+    fw_groups: list[tuple[int, ...]] | None = None if problem.hoists else []
+    bw_groups: list[tuple[int, ...]] | None = None if problem.hoists else []
     return (
         fusion.inlined(a, fw, in_fw, fw_kept, in_fw, fw_folded, fw_groups),
         fusion.inlined(a, bw, in_bw, bw_kept, gradients, bw_folded, bw_groups),
         fw_kept,
-        fw_groups,
-        bw_groups,
+        fw_groups or [],
+        bw_groups or [],
     )
 
 
