@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: the fast subset (-m "not slow") first, then the slow tests, each spread over one pytest-xdist
-# worker per core (a test file stays on one worker, so its module fixtures are built once). Arguments, when given,
-# are passed to one pytest run instead. Exits non-zero when a test fails or when a run collected no test at all.
+# worker per core (a test file stays on one worker, so its module fixtures are built once; tests/conftest.py starts
+# the heaviest files first). Arguments, when given, are passed to one pytest run instead. Exits non-zero when a test
+# fails or when a run collected no test at all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1

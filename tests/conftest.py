@@ -39,14 +39,53 @@ SLOW_TESTS = {
     "test_symbolic.py::test_reduced_max_equals_the_max_over_every_step": "shares that trace",
 }
 
+# Seconds the slow tests of each file take on one worker (the --durations log of the slow tier on two cores, rounded;
+# files not listed take a few seconds). The files run heaviest first: with --dist loadfile a file stays on the worker
+# that starts it, so the files started last must be short for both workers to finish together.
+SLOW_SECONDS = {
+    "test_fuzz.py": 260,
+    "test_compare_models_inductor.py": 210,
+    "test_models.py": 185,
+    "test_solvers.py": 160,
+    "test_tensor_parallel.py": 125,
+    "test_notebooks.py": 125,
+    "test_fusion.py": 95,
+    "test_recipes.py": 85,
+    "test_compare_models_aot_eager.py": 80,
+    "test_backend.py": 80,
+    "test_partition.py": 70,
+    "test_parity.py": 70,
+    "test_optimal_graphs_first_half.py": 65,
+    "test_optimal_graphs_second_half.py": 65,
+    "test_budget.py": 65,
+    "test_baseline.py": 50,
+    "test_mincut.py": 50,
+    "test_compare.py": 40,
+    "test_runtime.py": 30,
+    "test_lazy_pick.py": 25,
+    "test_step_budget.py": 25,
+    "test_symbolic.py": 15,
+    "test_rng.py": 15,
+    "test_logs.py": 10,
+}
+
+
+def pytest_configure(config):
+    """xdist's loadfile schedule keeps the order of the collection (below: heaviest files first) rather than its
+    default order, most tests per file first, which starts single-test files of a minute last."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
 
 def pytest_collection_modifyitems(config, items):
-    """Mark slow: every inductor test (inductor's first compile costs ~20 s here) and the files and tests above."""
+    """Mark slow: every inductor test (inductor's first compile costs ~20 s here) and the files and tests above. Order
+    the files by SLOW_SECONDS, heaviest first (a stable sort: each file's tests keep their order)."""
     for item in items:
         file = item.path.name
         test = f"{file}::{item.originalname}"
         if item.get_closest_marker("inductor") or file in SLOW_FILES or test in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: -SLOW_SECONDS.get(item.path.name, 0))
 
 
 @pytest.fixture(autouse=True)
