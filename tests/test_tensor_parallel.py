@@ -2,8 +2,8 @@
 gradient of the same model compiled with the plain backend, bitwise under aot_eager, at every kind of budget;
 partition= over the tensor-parallel group shards only the activations every rank holds alike.
 
-All aot_eager scenarios run in one spawn of two processes (a module fixture), each reporting its own result or error,
-so the whole file stays within a few tens of seconds on two cores."""
+All scenarios, the inductor one included, run in one spawn of two processes (a module fixture), each reporting its own
+result or error, so the whole file stays within a few tens of seconds on two cores."""
 
 import json
 import os
@@ -354,8 +354,7 @@ def spawn(out, names):
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    names = [n for n in SCENARIOS if n != "inductor"]
-    found = spawn(tmp_path_factory.mktemp("tp"), names)
+    found = spawn(tmp_path_factory.mktemp("tp"), list(SCENARIOS))
     print("seconds per scenario on rank 0:", found[0]["seconds"])  # shown with pytest -s
     return found
 
@@ -554,10 +553,9 @@ def test_torch_without_opaque_support_fails_with_a_clear_error(ranks):
 
 @pytest.mark.slow
 @pytest.mark.inductor
-def test_tensor_parallel_under_inductor_matches_plain_inductor(tmp_path):
-    for result in spawn(tmp_path, ["inductor"]):
-        assert "failed" not in result["inductor"], result["inductor"].get("failed")
-        assert result["inductor"]["equal"]
+def test_tensor_parallel_under_inductor_matches_plain_inductor(ranks):
+    for result in results(ranks, "inductor"):
+        assert result["equal"]
 
 
 def test_torchrun_example_runs_on_two_cpu_ranks():
