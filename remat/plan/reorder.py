@@ -29,8 +29,9 @@ def peak_order(
     """The order inductor runs the module's nodes in: `order`, or the greedy least-peak order when inductor's
     estimate finds that one lower. `inside`: values computed inside the kernels reading them (each runs just ahead of
     its first reader); `outputs`: storages the module returns (never freed); `memo`: fusion.expand's, for this
-    module; `groups`: nodes inductor computes in one kernel (`together` has put each group's nodes next to one
-    another in `order`), which the greedy order keeps together."""
+    module; `groups`: nodes inductor computes in one kernel (fusion.inlined), which run together (`together`), in
+    the greedy order too."""
+    order = together(a, order, groups)
     # views are no kernels of inductor's: like the values computed inside kernels, each runs ahead of its first reader
     through = bytearray(inside)
     is_view = a.is_view
@@ -66,7 +67,7 @@ def peak_order(
     return out + [i for i in order if not placed[i]]
 
 
-def together(a, order: Sequence[int], groups: list[tuple[int, ...]]) -> list[int]:
+def together(a, order: Sequence[int], groups: Sequence[tuple[int, ...]]) -> list[int]:
     """`order` with each group of kernels inductor fuses into one (fusion.inlined) run together where the last of them
     runs, and what reads an earlier one (the kernels after it in `order` that depend on it) moved after them, in
     their order: inductor's fused kernel runs once all its inputs exist."""
@@ -94,17 +95,19 @@ def together(a, order: Sequence[int], groups: list[tuple[int, ...]]) -> list[int
 
 def _kernel_nodes(nodes: list[int], groups: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
     """The module's kernels in order, each the nodes it computes: one node, or a group where its first node runs."""
-    if not groups:
-        return [(i,) for i in nodes]
     group_of = {i: group for group in groups for i in group}
-    out: list[tuple[int, ...]] = []
+    kernels: list[list[int]] = []
+    started: dict[tuple[int, ...], list[int]] = {}
     for i in nodes:
         group = group_of.get(i)
         if group is None:
-            out.append((i,))
-        elif i == min(group, key=nodes.index):
-            out.append(tuple(sorted(group, key=nodes.index)))
-    return out
+            kernels.append([i])
+        elif group in started:
+            started[group].append(i)
+        else:
+            started[group] = [i]
+            kernels.append(started[group])
+    return [tuple(kernel) for kernel in kernels]
 
 
 class _Kernels:

@@ -109,11 +109,11 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     if problem.fuses:
         segment = fusion.segments(a, bw, recomputed, problem.hoists)  # in the module's order, before reordering
         fw_in, bw_in, fw_kept, fw_groups, bw_groups = _fused(problem, resolved, in_fw, bw, excluded, recomputed)
-        fw = reorder.peak_order(a, reorder.together(a, fw, fw_groups), fw_in, fw_kept, memo_fw, fw_groups)
+        fw = reorder.peak_order(a, fw, fw_in, fw_kept, memo_fw, fw_groups)
         bw_out = bytearray(n)
         for i in excluded:
             bw_out[i] = 1
-        bw = reorder.peak_order(a, reorder.together(a, bw, bw_groups), bw_in, bw_out, memo_bw, bw_groups)
+        bw = reorder.peak_order(a, bw, bw_in, bw_out, memo_bw, bw_groups)
     else:
         fw_in, bw_in = bytearray(n), bytearray(n)
     for pos, i in enumerate(fw):
