@@ -401,6 +401,31 @@ def test_inputs_never_reused_keeps_inductors_graph_cache():
     assert counters["inductor"]["fxgraph_cache_miss"] == 1 and counters["inductor"]["fxgraph_cache_hit"] == 1
 
 
+@pytest.mark.inductor
+def test_inputs_never_reused_after_a_users_pass_without_uuid_runs_it_and_bypasses_the_cache():
+    """A pre-fusion pass of the user's that inductor cannot key: it still runs, and inductor caches nothing (a cache
+    hit would skip it), on every torch (2.11 keys CustomGraphPass, later ones CustomSchedulerPass)."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import fresh_cache
+
+    calls = []
+
+    def users_pass(nodes):
+        calls.append(len(nodes))
+        return nodes
+
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    counters.clear()
+    with fresh_cache(), torch._inductor.config.patch(fx_graph_cache=True, _pre_fusion_custom_pass=users_pass):
+        for _ in range(2):
+            torch._dynamo.reset()
+            with remat._torch.inputs_never_reused([torch.ops.remat.offload.default]):
+                torch.compile(_mm_then_offload, backend="inductor")(a, b)
+    torch._dynamo.reset()
+    assert len(calls) == 2
+    assert counters["inductor"]["fxgraph_cache_hit"] == 0 and counters["inductor"]["fxgraph_cache_bypass"] == 2
+
+
 def test_offload_of_a_cuda_value_compiles_under_inputs_never_reused():
     from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -129,25 +129,38 @@ def fusion_barrier(gm: Any) -> Any:
     return virtualized.set_choices_handler(BlockChoices())
 
 
+def _keyed_pass_base() -> type:
+    """The class whose instances inductor's graph cache keys by their uuid when set as `_pre_fusion_custom_pass`:
+    CustomSchedulerPass where this torch has it (2.13 does), else CustomGraphPass (2.11 keys every custom pass by it);
+    `object` where this torch has neither (the graph is then not cached)."""
+    for name in ("CustomSchedulerPass", "CustomGraphPass"):
+        try:
+            return lookup("torch._inductor.custom_graph_pass", name)
+        except TorchAPIError:
+            continue
+    return object
+
+
 def inputs_never_reused(overloads: Any) -> Any:
     """A context manager under which inductor never reuses, for buffers of its own, the memory of a tensor that a
     call of one of `overloads` reads (as it treats the inputs of collectives): the op's kernel may still be reading
     it after it returned, from a copy on a side stream. Released normally, the memory goes back to the caching
     allocator, which holds it until the copy is done (record_stream). A pass before inductor's fusion names those
     buffers; one the user configured runs first. The pass has a stable uuid, so inductor's graph cache keeps
-    working where this torch keys scheduler passes by it."""
+    working: a torch with CustomSchedulerPass (2.13) keys a pre-fusion pass of that class by it, 2.11 one that is a
+    CustomGraphPass (`_keyed_pass_base`). Where the user's own pass has no uuid, the pass is neither, and inductor
+    does not cache the graph (as it would not with the user's pass alone)."""
     config = importlib.import_module("torch._inductor.config")
     if not hasattr(config, "_pre_fusion_custom_pass"):
         raise missing("torch._inductor.config._pre_fusion_custom_pass")
     virtualized = lookup("torch._inductor.virtualized", "V")
-    try:
-        base: type = lookup("torch._inductor.custom_graph_pass", "CustomSchedulerPass")
-    except TorchAPIError:
-        base = object
     targets = frozenset(overloads)
     previous = config._pre_fusion_custom_pass
+    before = None if previous is None else getattr(previous, "uuid", lambda: None)()
+    keyed = previous is None or before is not None
+    base = _keyed_pass_base() if keyed else object
 
-    class NeverReuse(base):
+    class NeverReuse(base):  # type: ignore[misc, valid-type]
         def __call__(self, nodes: list) -> list:
             if previous is not None:
                 nodes = previous(nodes)
@@ -158,9 +171,6 @@ def inputs_never_reused(overloads: Any) -> Any:
             return nodes
 
         def uuid(self) -> Any:
-            before = None if previous is None else getattr(previous, "uuid", lambda: None)()
-            if previous is not None and before is None:
-                return None  # the user's pass cannot be keyed: inductor does not cache this graph
-            return ("remat.inputs_never_reused", tuple(sorted(map(str, targets))), before)
+            return ("remat.inputs_never_reused", tuple(sorted(map(str, targets))), before) if keyed else None
 
     return config.patch(_pre_fusion_custom_pass=NeverReuse())
