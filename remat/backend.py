@@ -150,13 +150,19 @@ class InductorPartitioner(_HookBase):  # type: ignore[misc, valid-type]
     def uuid(self):
         # The compile cache must not reuse a graph partitioned under another config, nor, under a byte budget for
         # the step, one planned in another step or another state of it (a reused graph would not be counted).
+        if "partitioner" not in self.__dict__:
+            return self.__dict__["key"]  # a copy for inductor's cache key (__setstate__)
         step = self.partitioner.step
         split = f":{step.key()}" if step is not None and self.partitioner.config.budget_kind() == "bytes" else ""
         return f"remat:{self.partitioner.config!r}:{sorted(self.partitioner.hooked)}{split}"
 
     def __getstate__(self):
         # Only inductor's cache key pickles the hook; a policy callable may not pickle, its uuid does.
-        return {"uuid": self.uuid()}
+        return {"key": self.uuid()}
+
+    def __setstate__(self, state):
+        # inductor copies its config (the hook in it) to key its caches: the copy keys, it never partitions.
+        self.__dict__["key"] = state["key"]
 
 
 def compile_graph(

@@ -163,3 +163,25 @@ def test_inductor_without_the_partitioner_hook_uses_the_fallback():
     assert remat.last_plan().recompute_flops > 0
     for w, e in zip(model.parameters(), expected):
         torch.testing.assert_close(w.grad, e, rtol=1e-4, atol=1e-5)  # inductor fuses cos/sin its own way
+
+
+@pytest.mark.inductor
+def test_a_second_compile_plans_again_and_takes_inductors_cached_modules():
+    """aot_autograd's cache would skip remat's partitioner (no plan made or recorded): it stays off for remat's
+    compile, while inductor's graph cache serves the planned forward and backward modules the second time."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import fresh_cache
+
+    model, x = CosMM(), cosmm_input()
+    plans = []
+    counters.clear()
+    caches = {"fx_graph_cache": True}
+    with fresh_cache(), torch._inductor.config.patch(caches), torch._functorch.config.patch(enable_autograd_cache=True):
+        for _ in range(2):
+            torch._dynamo.reset()
+            torch.compile(model, backend="remat", options={"memory_budget": 0.0})(x).backward()
+            plans.append(remat.last_plan())
+    torch._dynamo.reset()
+    assert plans[0] is not plans[1] and plans[0].recompute_flops == plans[1].recompute_flops > 0
+    assert counters["inductor"]["fxgraph_cache_miss"] == 2 and counters["inductor"]["fxgraph_cache_hit"] == 2
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 0

@@ -15,8 +15,15 @@ def aot_autograd(**kwargs: Any) -> Callable[..., Any]:
 
 
 def compile_fx(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
-    """inductor's whole compile of a dynamo graph (config_patches=, inner_compile=)."""
-    return lookup("torch._inductor.compile_fx", "compile_fx")(gm, example_inputs, **kwargs)
+    """inductor's whole compile of a dynamo graph (config_patches=, inner_compile=), with aot_autograd's cache off:
+    a hit there would skip remat's partitioner, so no plan would be made or recorded (explain, the step's ledger).
+    inductor's graph cache still serves each planned forward and backward module."""
+    compile_fx = lookup("torch._inductor.compile_fx", "compile_fx")
+    functorch = importlib.import_module("torch._functorch.config")
+    if not hasattr(functorch, "enable_autograd_cache"):
+        return compile_fx(gm, example_inputs, **kwargs)
+    with functorch.patch(enable_autograd_cache=False):
+        return compile_fx(gm, example_inputs, **kwargs)
 
 
 def compile_fx_inner() -> Callable[..., Any]:
