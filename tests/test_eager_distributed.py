@@ -133,11 +133,14 @@ def _offload_partition(rank):
 def _seeds(rank):
     from remat import checkpointing
 
+    from remat.runtime import rng
+
     checkpointing.configure(GlooMPU())
     checkpointing.model_parallel_cuda_manual_seed(42)
+    device = rng.default_device()  # the tracker's: the current CUDA device, else the CPU
     with checkpointing.get_cuda_rng_tracker().fork():
-        parallel = torch.rand(6)
-    return {"parallel": parallel, "default": torch.rand(6)}
+        parallel = torch.rand(6, device=device)
+    return {"parallel": parallel.cpu(), "default": torch.rand(6, device=device).cpu()}
 
 
 def _rank_dependent_input(rank):

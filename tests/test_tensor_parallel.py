@@ -583,7 +583,8 @@ def test_torchrun_example_runs_on_two_cpu_ranks():
     """examples/tp_fsdp.py under torchrun (FSDP2 + tensor parallelism on a 1x2 mesh, gloo): both ranks report the
     same loss (they hold one batch), a plan per graph and a measured peak."""
     root = pathlib.Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    # CPU ranks also on a machine with a GPU: the example takes nccl and one GPU per rank when it sees CUDA
+    env = {**os.environ, "PYTHONPATH": str(root), "CUDA_VISIBLE_DEVICES": ""}
     run = subprocess.run(
         [
             sys.executable,
