@@ -137,5 +137,14 @@ def test_parity_inductor(name, budget):
         want = reference(name)
         model, step = compiled(name, budget, inner="inductor")
         got = train_step(step, model, c.inputs)
-    assert_same(got, want, exact=False)
-    assert remat.last_plan().recompute_flops > 0
+        assert remat.last_plan().recompute_flops > 0
+        try:
+            assert_same(got, want, exact=False)
+        except AssertionError:
+            # torch 2.11's inductor itself draws the convnet's dropout unlike eager: then remat must match it
+            plain = copy.deepcopy(c.model)
+            torch._dynamo.reset()
+            inductor = train_step(torch.compile(plain), plain, c.inputs)
+            with pytest.raises(AssertionError):
+                assert_same(inductor, want, exact=False)
+            assert_same(got, inductor, exact=False)
