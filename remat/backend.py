@@ -19,6 +19,7 @@ import torch.fx as fx
 from . import _torch
 from .logs import log_plan
 from .capture import hooked_nodes
+from .code_version import code_version
 from .config import RematConfig
 from .environ import config_from_environment
 from .pipeline import Planned, plan_joint, shard_group
@@ -144,6 +145,12 @@ class InductorPartitioner(_HookBase):  # type: ignore[misc, valid-type]
         self.partitioner = Partitioner(config, hooked, step, followed)
 
     def __call__(self, gm, joint_inputs, **kwargs):
+        if "partitioner" not in self.__dict__:
+            raise RuntimeError(
+                "remat's inductor partitioner was copied out of inductor's config (pickle or deepcopy): a copy keys "
+                'inductor\'s caches only and cannot partition; compile with backend="remat" instead of setting '
+                "custom_partitioner_fn from a saved config"
+            )
         kwargs.pop("compiler", None)
         return self.partitioner(gm, joint_inputs, **kwargs)
 
@@ -154,7 +161,7 @@ class InductorPartitioner(_HookBase):  # type: ignore[misc, valid-type]
             return self.__dict__["key"]  # a copy for inductor's cache key (__setstate__)
         step = self.partitioner.step
         split = f":{step.key()}" if step is not None and self.partitioner.config.budget_kind() == "bytes" else ""
-        return f"remat:{self.partitioner.config!r}:{sorted(self.partitioner.hooked)}{split}"
+        return f"remat {code_version()}:{self.partitioner.config!r}:{sorted(self.partitioner.hooked)}{split}"
 
     def __getstate__(self):
         # Only inductor's cache key pickles the hook; a policy callable may not pickle, its uuid does.

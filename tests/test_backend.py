@@ -185,3 +185,20 @@ def test_a_second_compile_plans_again_and_takes_inductors_cached_modules():
     assert plans[0] is not plans[1] and plans[0].recompute_flops == plans[1].recompute_flops > 0
     assert counters["inductor"]["fxgraph_cache_miss"] == 2 and counters["inductor"]["fxgraph_cache_hit"] == 2
     assert counters["aot_autograd"]["autograd_cache_hit"] == 0
+
+
+def test_the_inductor_hook_keys_inductors_cache_by_remats_code_and_a_copy_cannot_partition():
+    """inductor caches compiled modules on disk under the hook's uuid: it names remat's source digest, so a module
+    another remat version compiled is not served. A copy of the hook (inductor copies its config to key its caches)
+    keeps the uuid and refuses to partition."""
+    import copy
+
+    from remat.backend import InductorPartitioner
+    from remat.code_version import code_version
+
+    hook = InductorPartitioner(remat.RematConfig(memory_budget=0.5))
+    assert f"remat {code_version()}:" in hook.uuid() and len(code_version()) == 16
+    duplicate = copy.deepcopy(hook)
+    assert duplicate.uuid() == hook.uuid()
+    with pytest.raises(RuntimeError, match="copied out of inductor's config"):
+        duplicate(None, [])

@@ -142,7 +142,7 @@ def test_parity_inductor(name, budget):
             assert_same(got, want, exact=False)
         except AssertionError:
             # torch 2.11's inductor itself draws the convnet's dropout unlike eager: then remat must match it
-            plain = copy.deepcopy(c.model)
+            plain = copy.deepcopy(c.model).train()
             torch._dynamo.reset()
             inductor = train_step(torch.compile(plain), plain, c.inputs)
             with pytest.raises(AssertionError):

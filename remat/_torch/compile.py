@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
+from ..code_version import code_version
 from .guard import TorchAPIError, lookup, missing
 
 
@@ -178,6 +179,7 @@ def inputs_never_reused(overloads: Any) -> Any:
             return nodes
 
         def uuid(self) -> Any:
-            return ("remat.inputs_never_reused", tuple(sorted(map(str, targets))), before) if keyed else None
+            key = ("remat.inputs_never_reused", code_version(), tuple(sorted(map(str, targets))), before)
+            return key if keyed else None
 
     return config.patch(_pre_fusion_custom_pass=NeverReuse())
