@@ -26,6 +26,7 @@ from .compile import (
     fusion_barrier_supported,
     inputs_never_reused,
     inductor_decompositions,
+    inductor_fallback_ops,
     mark_dynamic,
 )
 from .dynamo import current_compile_frame, current_compile_id, forget_compiles, trace_artifact
@@ -90,6 +91,7 @@ __all__ = [
     "fusion_barrier",
     "fusion_barrier_supported",
     "inputs_never_reused",
+    "inductor_fallback_ops",
     "inductor_decompositions",
     "input_descriptor",
     "is_allocation",

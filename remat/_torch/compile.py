@@ -183,3 +183,25 @@ def inputs_never_reused(overloads: Any) -> Any:
             return key if keyed else None
 
     return config.patch(_pre_fusion_custom_pass=NeverReuse())
+
+
+# Ops whose outputs inductor does not allocate itself, whatever its fallback registry holds: a convolution runs as a
+# library call that returns its own tensor (ExternKernelAlloc); attention on CPU falls back (torch 2.11-2.14).
+KNOWN_FALLBACKS = frozenset(
+    {
+        "aten.convolution.default",
+        "aten.convolution_backward.default",
+        "aten._scaled_dot_product_flash_attention_for_cpu.default",
+        "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+    }
+)
+
+
+def inductor_fallback_ops() -> frozenset[str]:
+    """Names ("aten.cumsum.default") of the ops inductor runs as library calls that allocate their own outputs (its
+    lowering registry's fallbacks) and KNOWN_FALLBACKS. On a torch whose registry cannot be read, KNOWN_FALLBACKS."""
+    try:
+        registered = lookup("torch._inductor.lowering", "fallbacks")
+    except TorchAPIError:
+        return KNOWN_FALLBACKS
+    return KNOWN_FALLBACKS | frozenset(str(op) for op in registered if hasattr(op, "_schema"))

@@ -6,7 +6,7 @@ inductor does not run the forward and backward modules node by node. The simulat
 - ``add(mm(a, b), c)`` becomes one ``addmm(c, a, b)`` that runs where the add runs, so ``a`` and ``b`` stay live
   until then (a tied embedding's weight gradient keeps the logits' gradient until the end of backward);
 - a buffer a module allocated and no longer reads is kept for the module's next allocation of the same dtype and
-  size, so it stays live until then;
+  size that inductor allocates (not a fallback op's output), so it stays live until then (pool.py);
 - recomputation runs where the schedule puts it: remat numbers each run of recomputed nodes in the backward module
   (rewrite/split.mark_blocks) and, while inductor lowers it, refuses horizontal fusion across runs
   (_torch.fusion_barrier). On a torch without that hook inductor fuses a recomputed loop computed from saved values
@@ -265,42 +265,6 @@ def expand(a, i: int, inlined: bytearray, memo: dict[int, tuple[int, ...]]) -> t
             found.append(j)
     memo[i] = result = tuple(dict.fromkeys(found))
     return result
-
-
-def reuse(spans: list[tuple[int, int, int]], keys: Sequence, boundary: int) -> list[tuple[int, int, int]]:
-    """inductor's buffer reuse: a buffer its module allocated and no longer reads is not freed at once but kept for
-    the module's next allocation of the same dtype and size (the most recently released first), so it stays live
-    until then. `spans`: (owner, first step, last step); `keys[owner]`: what must match; `boundary`: the first
-    backward step. Forward and backward are separate modules: a buffer is reused only within the module that
-    allocated and released it, and values passed from one to the other are never reused."""
-    firsts = [first for _, first, _ in spans]
-    lasts = [last for _, _, last in spans]
-    key = [keys[owner] for owner, _, _ in spans]
-    ends = list(lasts)
-    for module in (
-        [k for k in range(len(spans)) if firsts[k] < boundary and lasts[k] < boundary],
-        [k for k in range(len(spans)) if firsts[k] >= boundary and lasts[k] >= boundary],
-    ):
-        # Steps in order; at a step, a kernel's outputs are allocated before it runs, and what it read last is
-        # released after: an allocation at step s can take only buffers released before s. Sorting is stable, so
-        # spans of one step keep their order.
-        releases = sorted(module, key=lasts.__getitem__)
-        pool: dict[object, list[int]] = {}
-        released = 0
-        for k in sorted(module, key=firsts.__getitem__):
-            step = firsts[k]
-            while released < len(releases) and lasts[releases[released]] < step:
-                free = releases[released]
-                pool.setdefault(key[free], []).append(free)
-                released += 1
-            taken = pool.get(key[k])
-            if taken:
-                ends[taken.pop()] = step - 1  # held until this allocation takes it over (the most recent first)
-    out = list(spans)
-    for k in range(len(spans)):
-        if ends[k] != lasts[k]:
-            out[k] = (spans[k][0], firsts[k], ends[k])
-    return out
 
 
 def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segment) -> None:

@@ -12,9 +12,11 @@ import dataclasses
 import functools
 from typing import Iterable, Mapping
 
+from .. import _torch
 from ..annotate import PREFERENCE_SCALE, Constraints
 from ..capture import Graph, Role
 from ..runtime import table
+from . import pool
 from .arrays import FORWARD, PRIMAL, Arrays, arrays
 from .replication import rank_local
 from .transfer import Transfer, eligible, hides_offload
@@ -130,6 +132,13 @@ class Problem:
         c, graph = self.constraints, self.graph
         kept = sum(1 for n in self.candidates if n in c.by_option and n not in c.must_recompute and graph[n].is_tensor)
         return len(self.choosable) + kept
+
+    @functools.cached_property
+    def takes_freed(self) -> tuple[bool, ...]:
+        """Per position, whether inductor allocates the value's buffer, so that it may take one freed before
+        (pool.allocated_by_inductor, pool.reuse)."""
+        graph, fallbacks = self.graph, _torch.inductor_fallback_ops()
+        return tuple(pool.allocated_by_inductor(graph, v, fallbacks) for v in graph.values)
 
     @functools.cached_property
     def excluded_storages(self) -> frozenset[int]:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import types
-from typing import Mapping
+from typing import Iterator, Mapping
 
-from . import fusion, reorder
+from . import fusion, pool, reorder
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
 from .schedule import backward_ids, forward_ids
@@ -164,16 +164,32 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     if problem.fuses:
         fusion.in_place(problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last, segment)
     spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
-    spans += _unused_outputs(problem, fw, bw, recomputed)
+    unused, scratch = _unused_outputs(problem, fw, bw, recomputed)
+    spans += unused
+    scratch_from = len(spans)
+    spans += scratch
     arena: list[tuple[int, int]] = []
+    unpacked = spans
     if problem.transfer.contiguous:
         spans, arena = _pack(problem, resolved, spans, saved_spans, end)
     if problem.fuses:
-        spans = fusion.reuse(spans, a.reuse_keys, num_fw)
+        # a kernel runs at a step unless its node is a view or computed inside another kernel
+        kernels = list(
+            itertools.accumulate(not inside[i] and not a.is_view[i] for inside, i in _steps(fw, fw_in, bw, bw_in))
+        )
+        spans = pool.reuse(spans, a.reuse_keys, a.nbytes, num_fw, problem.takes_freed, scratch_from, kernels, unpacked)
     extra = _rng_spans(problem, resolved, fw, bw)
     if resolved.offloaded or resolved.sharded:
         spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans)
     return Lifetimes(fw, bw, spans, saved_spans, extra, arena)
+
+
+def _steps(fw: list[int], fw_in, bw: list[int], bw_in) -> Iterator[tuple[bytearray, int]]:
+    """Each step's (values computed inside other kernels in its module, node), forward then backward."""
+    for i in fw:
+        yield fw_in, i
+    for i in bw:
+        yield bw_in, i
 
 
 def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo, alloc, first_bw) -> None:
@@ -304,25 +320,26 @@ def _pack(problem: Problem, resolved: Resolved, spans, saved_spans, end: int):
     return out, [(a.index[name], arena_slot_bytes(a.nbytes[a.index[name]])) for name in names]
 
 
-def _unused_outputs(problem: Problem, fw: list[int], bw: list[int], recomputed) -> list[tuple[int, int, int]]:
+def _unused_outputs(problem: Problem, fw: list[int], bw: list[int], recomputed) -> tuple[list, list]:
     """A multi-output op allocates all its outputs when it runs; those the schedule does not take (a recomputed
     dropout whose output backward does not read) live for that step only, as does an op's scratch: (owner, step,
-    step)."""
+    step) spans of the unused outputs, and of the scratch."""
     a = problem.arrays
     getitems, nbytes, workspace = a.getitems, a.nbytes, a.workspace
     spans: list[tuple[int, int, int]] = []
+    scratch: list[tuple[int, int, int]] = []
     taken = set(fw)
     for pos, i in enumerate(fw):
         if getitems[i]:
             spans.extend((g, pos, pos) for g in getitems[i] if g not in taken and nbytes[g])
         if workspace[i] >= 0:
-            spans.append((workspace[i], pos, pos))
+            scratch.append((workspace[i], pos, pos))
     for pos, i in enumerate(bw, start=len(fw)):
         if recomputed[i] and getitems[i]:
             spans.extend((g, pos, pos) for g in getitems[i] if not recomputed[g] and nbytes[g])
         if workspace[i] >= 0 and (recomputed[i] or a.role[i] == BACKWARD_ROLE):
-            spans.append((workspace[i], pos, pos))
-    return spans
+            scratch.append((workspace[i], pos, pos))
+    return spans, scratch
 
 
 def _rng_spans(problem: Problem, resolved: Resolved, fw: list[int], bw: list[int]) -> list[tuple[int, int, int]]:
