@@ -70,12 +70,18 @@ def reuse(
     ends = list(lasts)
     end = max(lasts, default=0) + 1
     plain = range(min(scratch_from, len(spans)))
+    counted = np.array(
+        [
+            (first, last, sizes[owner])
+            for owner, first, last in (spans if estimated is None else estimated)[: len(plain)]
+        ],
+        dtype=np.int64,
+    ).reshape(-1, 3)
     for lo, hi in ((0, boundary), (boundary, max(end, boundary))):
         module = [k for k in plain if lo <= firsts[k] and lasts[k] < hi]
         if not module:
             continue
-        counted = [(spans if estimated is None else estimated)[k] for k in plain]
-        estimate = _estimate(counted, [sizes[owner] for owner, _, _ in counted], lo, hi)
+        estimate = _estimate(counted, lo, hi)
         peak = estimate.max()
         # Steps in order; at a step, a kernel's outputs are allocated before it runs, and what it read last is
         # released after: an allocation at step s can take only buffers released before s. Sorting is stable, so
@@ -106,13 +112,10 @@ def reuse(
     return out
 
 
-def _estimate(spans, size, lo: int, hi: int) -> np.ndarray:
-    """Bytes live at each step of [lo, hi) over `spans` (`size` bytes each), clipped to it."""
-    delta = np.zeros(hi - lo + 1, dtype=np.int64)
-    for k in range(len(spans)):
-        _, first, last = spans[k]
-        a, b = max(first, lo), min(last, hi - 1)
-        if a <= b:
-            delta[a - lo] += size[k]
-            delta[b - lo + 1] -= size[k]
-    return np.cumsum(delta[:-1])
+def _estimate(spans: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Bytes live at each step of [lo, hi) over `spans` (rows of first step, last step, bytes), clipped to it."""
+    first, last = np.maximum(spans[:, 0], lo), np.minimum(spans[:, 1], hi - 1)
+    inside = first <= last
+    first, last, size = first[inside] - lo, last[inside] - lo, spans[inside, 2].astype(np.float64)
+    delta = np.bincount(first, size, hi - lo + 1) - np.bincount(last + 1, size, hi - lo + 1)
+    return np.cumsum(delta[:-1]).astype(np.int64)
