@@ -17,16 +17,18 @@ directly by backward nodes, from saved inputs. Under inductor whether a value is
 recomputed loop runs, depends on its neighbours' decisions, so the rows can count a buffer the chosen plan never
 allocates: no bound is claimed there (`bound` None).
 
-The plans: a staircase of limits traced down from the top once per problem, the same for every budget. The pool
-starts with the incumbents — every heuristic's family with its variants (so no heuristic plan meeting a budget is
-cheaper) and the MILP's least-peak search — and each step solves the MILP for its limit (the rows tightened by the
-excess while a solution simulates over it), keeps the solutions meeting the limit, and goes on to one byte under the
-pool's cheapest plan meeting the limit, or lower by a stride (1/GRID of the incumbents' peak span). A budget is
-answered by `evaluator.pick` from the whole pool: the cheapest plan meeting it. As the budget falls, the answer stays
-while it still meets the budget and otherwise gives way to one of lower peak, so a lower budget never gets a higher
-simulated peak, and planning afresh or after other budgets gives the same plan. Between limits a budget may be
-answered by a plan found at a lower limit, so the stride trades cost for planning time. `solve` has the signature
-every solver has (solvers.py); the time limit per MILP is the evaluator's.
+The plans: a staircase of limits traced down once per problem, the same for every budget, from the peak of the
+cheapest incumbent (a budget at or above it is met by the cheapest plans: no limit above it can change an answer).
+The pool starts with the incumbents — every heuristic's family with its variants (so no heuristic plan meeting a
+budget is cheaper) and the MILP's least-peak search — and each step solves the MILP for its limit (the rows
+tightened by the excess while a solution simulates over it), keeps the solutions meeting the limit, and goes on to
+one byte under the pool's cheapest plan meeting the limit, or lower by a stride (1/GRID of the span from that first
+limit down to the incumbents' least peak). A budget is answered by `evaluator.pick` from the whole pool: the
+cheapest plan meeting it. As the budget falls, the answer stays while it still meets the budget and otherwise gives
+way to one of lower peak, so a lower budget never gets a higher simulated peak, and planning afresh or after other
+budgets gives the same plan. Between limits a budget may be answered by a plan found at a lower limit, so the stride
+trades cost for planning time. `solve` has the signature every solver has (solvers.py); the time limit per MILP is
+the evaluator's.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ from .liveness import liveness
 
 MAX_ROUNDS = 3  # MILP solves per step while a solution simulates over the step's limit
 MAX_STEPS = 64  # limits the staircase solves for; below the last, budgets are answered from the pool found so far
-GRID = 32  # the staircase's limits fall by at least 1/GRID of the span of the incumbents' peaks per step
+GRID = 32  # the staircase's limits fall per step by at least 1/GRID of the span from its first limit to the least
+UNBOUNDED = 1 << 62  # a budget every plan meets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,19 +192,22 @@ class Staircase:
     `fixed`: every heuristic's family with its variants and the least-peak search's plans (least_peak); `least`
     their least peak. `found`: what the MILP found at the limits, each at or under the limit it was solved for and
     above `least`; `bounds`: per limit, the MILP's lower bound on the cost of plans meeting it (None
-    where none was proved). Limits fall from the highest peak of `fixed` by at least 1/GRID of the fixed plans'
-    peak span per step, and to one byte under the pool's cheapest plan meeting the last limit, stopping at the
-    heuristics' least peak on the way."""
+    where none was proved). Limits fall from the peak of the cheapest plan of `fixed` by at least 1/GRID of the
+    span between it and `least` per step, and to one byte under the pool's cheapest plan meeting the last limit,
+    stopping at the heuristics' least peak on the way."""
 
     def __init__(self, problem: Problem, evaluator: Evaluator):
         self.problem, self.evaluator = problem, evaluator
         heuristics = heuristic_family(evaluator, tuple(BUILDERS))
         self.model = build(problem)
-        self.fixed = heuristics + least_peak(self.model, problem, evaluator, pick(heuristics, -1))
-        self.least = min(s.peak for s in self.fixed)
-        self.floor = min(s.peak for s in heuristics)  # fraction 0.0 where the heuristics' least peak is the least
-        # every fixed plan meets the first limit: its step takes the cheapest; nothing to trace without a choice
-        self.limit = max(s.peak for s in self.fixed) if problem.choosable else -1
+        lowest = pick(heuristics, -1)  # no plan meets -1 bytes: the heuristics' least-peak plan
+        self.fixed = heuristics + least_peak(self.model, problem, evaluator, lowest)
+        # pick simulates only the plans its answer may depend on (evaluate.pick), not the whole pool
+        self.least = pick(self.fixed, -1).peak
+        self.floor = lowest.peak  # fraction 0.0 where the heuristics' least peak is the least
+        # Every budget at or above the peak of the pool's cheapest plan is answered by that plan, so the limits start
+        # there; nothing to trace without a choice.
+        self.limit = pick(self.fixed, UNBOUNDED).peak if problem.choosable else -1
         self.stride = max(1, (self.limit - self.least) // GRID)
         self.found: list[Scored] = []  # the plans the limits' MILPs found
         self.bounds: list[tuple[int, float | None]] = []
