@@ -267,7 +267,7 @@ def expand(a, i: int, inlined: bytearray, memo: dict[int, tuple[int, ...]]) -> t
     return result
 
 
-def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segment) -> None:
+def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segment) -> dict[int, int]:
     """inductor's in-place buffers (torch._inductor.config.inplace_buffers): a loop that reads a buffer for the last
     time, element for element as it writes its output (not through a view), and of the same dtype and size, writes
     its output into that buffer, which ends the step before (`last`). A saved value counts: backward frees the
@@ -275,12 +275,13 @@ def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segm
     its segment that read it more often than fusion.inlined finds, and a buffer that is never written out is not
     there to take. Values that leave the device keep their own lifetimes (simulate._split_transfers).
     `forward`, `backward`: each module's (schedule, values computed inside other kernels, fusion.expand's memo);
-    `segment`: the backward segment of each node (`segments`; 0 in the forward), within which inductor fuses."""
+    `segment`: the backward segment of each node (`segments`; 0 in the forward), within which inductor fuses.
+    Returns, per storage instance taken, the instance of the loop's output written into it."""
     a = problem.arrays
     n = len(a.names)
     storage, kinds, keys, plain = a.storage, a.kinds, a.reuse_keys, problem.instances
     leaving = {a.index[s] for s in resolved.moves}
-    taken: set[int] = set()
+    taken: dict[int, int] = {}
     step = -1
     for in_bw, (order, inside, memo) in enumerate((forward, backward)):
         loops = [i for i in order if not inside[i] and kinds[i] != OPAQUE and a.allocates[i]]
@@ -303,9 +304,10 @@ def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segm
                     others = tuple(r for r in readers[j] if segment[r] == segment[i] and r != i)
                     if not _sole_reader(a, i, others, problem.sole_readers):
                         continue
-                    taken.add(k)
+                    taken[k] = i + n if in_bw and recomputed[i] else plain[i]
                     last[k] = step - 1
                     break
+    return taken
 
 
 def segments(a, bw: list[int], recomputed, hoists: bool) -> list[int]:

@@ -53,7 +53,7 @@ def reuse(
     simulation's live bytes without the holds, updated as each hold is taken, less the scratch of library calls,
     which inductor does not see; `estimated`, where given, holds the spans it counts instead of `spans`, one for
     one: a value copied into a contiguous arena is, to inductor, a buffer its store op returns, which the forward
-    returns and the backward frees after its last read (simulate._pack). inductor's estimate also counts the
+    returns and the backward frees after its last read (arena.pack). inductor's estimate also counts the
     gradients the backward returns, from their kernel to its end; this one leaves them out, as the simulation does:
     counted, they put the benchmark GPT-style model's least-peak plan 10.5% under its measured peak.
 

@@ -18,8 +18,9 @@ from . import fusion, pool, reorder
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
 from .schedule import backward_ids, forward_ids
-from ..runtime.table import arena_slot_bytes
-from .transfer import kept_bytes, packed
+from .arena import first_written
+from .arena import pack as arena_pack
+from .transfer import kept_bytes
 
 FORWARD, RECOMPUTE, BACKWARD = "forward", "recompute", "backward"
 
@@ -161,8 +162,11 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
             last[k] = end
     saved = sorted({storage[a.index[s]] for s in resolved.saved})  # a saved view keeps its base's storage
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
+    written_over: dict[int, int] = {}  # in-place writes: the instance taken -> the instance written into it
     if problem.fuses:
-        fusion.in_place(problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last, segment)
+        written_over = fusion.in_place(
+            problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last, segment
+        )
     spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
     unused, scratch = _unused_outputs(problem, fw, bw, recomputed)
     spans += unused
@@ -171,7 +175,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     arena: list[tuple[int, int]] = []
     unpacked = spans
     if problem.transfer.contiguous:
-        spans, arena = _pack(problem, resolved, spans, saved_spans, end)
+        spans, arena = arena_pack(problem, resolved, spans, saved_spans, end, first_written(written_over, alloc, n))
     if problem.fuses:
         # a kernel runs at a step unless its node is a view or computed inside another kernel
         kernels = list(
@@ -299,25 +303,6 @@ def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_s
         if kept:
             extra.append((kept, first, first_bw[owner]))
     return out, extra
-
-
-def _pack(problem: Problem, resolved: Resolved, spans, saved_spans, end: int):
-    """contiguous=True: each packed value is copied into its arena slot right after it is computed and read there
-    from then on (rewrite/transfer.py), so its own storage lives for the step that computes it only (a forward
-    output, which the caller holds, stays). Its slot is live for the whole step, and so is the value as a saved one:
-    recomputing it instead shrinks the arena wherever the peak is."""
-    a = problem.arrays
-    names = packed(problem.graph, sorted(resolved.saved, key=a.index.__getitem__), resolved.moves)
-    outputs = {a.storage[a.index[o]] for o in problem.graph.fw_outputs}
-    stored = {a.index[name] for name in names}
-    out = []
-    for owner, first, final in spans:
-        if owner in stored and owner not in outputs and saved_spans.get(a.names[owner]) == (first, final):
-            final = first
-        out.append((owner, first, final))
-    for name in names:
-        saved_spans[name] = (0, end)
-    return out, [(a.index[name], arena_slot_bytes(a.nbytes[a.index[name]])) for name in names]
 
 
 def _unused_outputs(problem: Problem, fw: list[int], bw: list[int], recomputed) -> tuple[list, list]:

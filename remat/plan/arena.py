@@ -1,0 +1,43 @@
+"""contiguous=True in the simulation: each packed saved value's own storage and its slot in the step's arena
+(runtime/buffers.py), and the backward outputs inductor writes in place into those slots."""
+
+from __future__ import annotations
+
+from ..runtime.table import arena_slot_bytes
+from .problem import Problem, Resolved
+from .transfer import packed
+
+
+def first_written(written_over: dict[int, int], alloc: list[int], n: int) -> dict[tuple[int, int], int]:
+    """Per output written in place over another buffer, (owner, first step) -> the instance whose memory it is in:
+    the first of a chain of such writes."""
+    taken_by = {t: k for k, t in written_over.items()}
+    found = {}
+    for t, k in taken_by.items():
+        while k in taken_by:
+            k = taken_by[k]
+        found[(t % n, alloc[t])] = k
+    return found
+
+
+def pack(problem: Problem, resolved: Resolved, spans, saved_spans, end: int, in_slots: dict[tuple[int, int], int]):
+    """contiguous=True: each packed value is copied into its arena slot right after it is computed and read there
+    from then on (rewrite/transfer.py), so its own storage lives for the step that computes it only (a forward
+    output, which the caller holds, stays). Its slot is live for the whole step, and so is the value as a saved one:
+    recomputing it instead shrinks the arena wherever the peak is. A backward loop that writes its output in place
+    over a packed value, or over a buffer so written (fusion.in_place; `in_slots`: first_written), writes it into
+    the slot: the output takes no memory of its own."""
+    a = problem.arrays
+    names = packed(problem.graph, sorted(resolved.saved, key=a.index.__getitem__), resolved.moves)
+    outputs = {a.storage[a.index[o]] for o in problem.graph.fw_outputs}
+    stored = {a.index[name] for name in names}
+    out = []
+    for owner, first, final in spans:
+        if in_slots.get((owner, first), -1) in stored:
+            continue
+        if owner in stored and owner not in outputs and saved_spans.get(a.names[owner], (-1,))[0] == first:
+            final = first
+        out.append((owner, first, final))
+    for name in names:
+        saved_spans[name] = (0, end)
+    return out, [(a.index[name], arena_slot_bytes(a.nbytes[a.index[name]])) for name in names]
