@@ -14,12 +14,10 @@ import itertools
 import types
 from typing import Iterator, Mapping
 
-from . import fusion, pool, reorder
+from . import arena, fusion, pool, reorder
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
 from .schedule import backward_ids, forward_ids
-from .arena import first_written
-from .arena import pack as arena_pack
 from .transfer import kept_bytes
 
 FORWARD, RECOMPUTE, BACKWARD = "forward", "recompute", "backward"
@@ -172,10 +170,12 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     spans += unused
     scratch_from = len(spans)
     spans += scratch
-    arena: list[tuple[int, int]] = []
+    slots: list[tuple[int, int]] = []
     unpacked = spans
     if problem.transfer.contiguous:
-        spans, arena = arena_pack(problem, resolved, spans, saved_spans, end, first_written(written_over, alloc, n))
+        spans, slots = arena.pack(
+            problem, resolved, spans, saved_spans, end, arena.first_written(written_over, alloc, n)
+        )
     if problem.fuses:
         # a kernel runs at a step unless its node is a view or computed inside another kernel
         kernels = list(
@@ -185,7 +185,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     extra = _rng_spans(problem, resolved, fw, bw)
     if resolved.offloaded or resolved.sharded:
         spans, extra = _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_spans)
-    return Lifetimes(fw, bw, spans, saved_spans, extra, arena)
+    return Lifetimes(fw, bw, spans, saved_spans, extra, slots)
 
 
 def _steps(fw: list[int], fw_in, bw: list[int], bw_in) -> Iterator[tuple[bytearray, int]]:
