@@ -93,6 +93,9 @@ class Evaluator:
         self.frugal = frugal
         self._memo: dict[Resolved, tuple[float, Timeline]] = {}
         self._resolved: dict[frozenset[str], Resolved] = {}
+        # Resolved plans by the positions they recompute (Problem.recomputing), shared with the evaluators of
+        # problems whose walk facts are this one's (restricted): a variant's walk mostly repeats the unconstrained one.
+        self._walks: dict[frozenset[int], Resolved] = {}
         self._floors: dict[Resolved, int] = {}
         self._recent: OrderedDict[Resolved, Lifetimes] = OrderedDict()
         self._families: dict[str, Any] = {}
@@ -135,7 +138,11 @@ class Evaluator:
         chosen = frozenset(chosen)
         resolved = self._resolved.get(chosen)
         if resolved is None:
-            resolved = self._resolved[chosen] = self.problem.resolve(chosen)
+            recompute = self.problem.recomputing(chosen)
+            resolved = self._walks.get(recompute)
+            if resolved is None:
+                resolved = self._walks[recompute] = self.problem.resolve_recomputing(recompute)
+            self._resolved[chosen] = resolved
         return self.score_resolved(resolved, chosen, label)
 
     def score_resolved(self, resolved: Resolved, chosen: frozenset[str] = frozenset(), label: str = "") -> Scored:
@@ -162,6 +169,8 @@ class Evaluator:
         """An evaluator of `problem` (the same graph under more constraints) sharing this one's simulations."""
         other = Evaluator(problem, self.time_limit, self.frugal)
         other._memo, other._floors = self._memo, self._floors
+        if problem.walk_facts == self.problem.walk_facts:
+            other._walks = self._walks
         return other
 
     def variant(self, name: str, problem: Problem) -> "Evaluator":

@@ -147,12 +147,36 @@ class Problem:
         return frozenset(a.storage[a.index[o]] for o in self.graph.bw_outputs)
 
     def resolve(self, chosen: Iterable[str]) -> Resolved:
+        return self.resolve_recomputing(self.recomputing(chosen))
+
+    def recomputing(self, chosen: Iterable[str]) -> frozenset[int]:
+        """Positions of the values a plan choosing `chosen` may recompute: the chosen ones and the must-recompute
+        ones, less the must-save ones. What `resolve` walks from."""
         index = self.arrays.index
         must_recompute, must_save = self._forced
         recompute = {index[n] for n in chosen}
         recompute |= must_recompute
         recompute -= must_save
+        return frozenset(recompute)
+
+    def resolve_recomputing(self, recompute: frozenset[int]) -> Resolved:
+        """The plan recomputing what backward needs of the positions `recompute` (`recomputing`'s answer)."""
         return self._walk(recompute.__contains__)
+
+    @property
+    def walk_facts(self) -> tuple:
+        """What `resolve_recomputing` reads besides its argument: problems with equal facts resolve the same
+        positions to the same plan (a family's variants, which differ in what they keep saved, share them)."""
+        c = self.constraints
+        return (
+            id(self.arrays),
+            self.needed,
+            self.needed_inputs,
+            self.transfer,
+            self.offloadable,
+            dict(c.must_offload),
+            dict(self.rank_local),
+        )
 
     def resolve_saved(self, saved: Iterable[str]) -> Resolved:
         """The plan that saves exactly `saved` (forward values, views and symbolic sizes included, primals count as
@@ -165,31 +189,29 @@ class Problem:
         """From what backward reads up through the forward: a value is recomputed where `recomputes(position)` (its
         inputs are then needed too) and saved otherwise; forward inputs are inputs."""
         a = self.arrays
-        role, inputs_of = a.role, a.inputs
-        state = bytearray(len(a.names))  # 1 saved, 2 recomputed, 3 input
+        role, inputs_of, names = a.role, a.inputs, a.names
+        seen = bytearray(len(names))
+        saved: list[str] = []
+        recomputed: list[str] = []
+        inputs = list(self.needed_inputs)
         stack = [a.index[n] for n in self.needed]
         while stack:
             i = stack.pop()
-            if state[i]:
+            if seen[i]:
                 continue
             if role[i] == PRIMAL:
-                state[i] = 3
+                seen[i] = 1
+                inputs.append(names[i])
             elif role[i] == FORWARD:
+                seen[i] = 1
                 if recomputes(i):
-                    state[i] = 2
+                    recomputed.append(names[i])
                     stack.extend(inputs_of[i])
                 else:
-                    state[i] = 1
-        groups: tuple[list[str], ...] = ([], [], [], [])
-        names = a.names
-        for i, code in enumerate(state):
-            if code:
-                groups[code].append(names[i])
-        saved = frozenset(groups[1])
-        offloaded, sharded = self._transfers(saved)
-        return Resolved(
-            saved, frozenset(groups[2]), frozenset(groups[3] + list(self.needed_inputs)), offloaded, sharded
-        )
+                    saved.append(names[i])
+        kept = frozenset(saved)
+        offloaded, sharded = self._transfers(kept)
+        return Resolved(kept, frozenset(recomputed), frozenset(inputs), offloaded, sharded)
 
     def saved_owners(self, resolved: Resolved) -> frozenset[str]:
         """The saved values with each saved view of a forward value replaced by its base, whose storage it keeps
