@@ -45,6 +45,7 @@ class Arrays:
     acc_reads: tuple[int, ...] = ()  # buffers a loop may read before inductor writes it out (fusion.ACC_READS_LIMIT)
     numel: tuple[int, ...] = ()  # elements of the (first) tensor a node returns: a loop's iteration size
     distinct: tuple[tuple[int, ...], ...] = ()  # per node: its inputs without repeats, in argument order
+    view_users: tuple[bool, ...] = ()  # per node: a view reads it (fusion._readers looks through views)
 
 
 def arrays(graph: Graph) -> Arrays:
@@ -79,6 +80,7 @@ def arrays(graph: Graph) -> Arrays:
         acc_reads=tuple(fusion.ACC_READS_LIMIT.get(v.device, fusion.ACC_READS_DEFAULT) for v in graph.values),
         numel=tuple(_numel(v.shape) for v in graph.values),
         distinct=tuple(tuple(dict.fromkeys(index[i] for i in v.inputs)) for v in graph.values),
+        view_users=tuple(any(graph[u].is_view for u in v.users) for v in graph.values),
     )
 
 

@@ -168,15 +168,18 @@ def _inline_pass(a, order, member, kept, eligible, folded_mm, written: set[int] 
         return reads[owner]
 
     heavy = bytearray(a.heavy) if a.heavy else bytearray(len(a.names))  # computes a heavy op, itself or inlined
+    storage, inputs = a.storage, a.inputs
     for i in order:
         if not eligible[i] or kinds[i] != POINTWISE or not allocates[i] or kept[i] or absorbing[i]:
             continue
         consumers = _readers(a, i, member)
-        if not consumers or any(kinds[c] == OPAQUE or absorbing[c] for c in consumers):
+        if not consumers or not all(kinds[c] != OPAQUE and not absorbing[c] for c in consumers):
             continue
         out[i] = 1
-        if any(out[a.storage[j]] and heavy[a.storage[j]] for j in a.inputs[i]):
-            heavy[i] = 1
+        for j in inputs[i]:
+            if out[storage[j]] and heavy[storage[j]]:
+                heavy[i] = 1
+                break
         read = len(buffers(i))
         shared = len(consumers) > 1 and (read > READS_LIMIT or heavy[i])
         if shared and written is not None and i not in written and one_kernel(a, i, consumers, member):
@@ -232,6 +235,8 @@ def _kernels_of(a, consumers: list[int], out: bytearray, member: bytearray) -> t
 
 def _readers(a, i: int, member: bytearray) -> list[int]:
     """The module's nodes that read `i` itself or through views of it."""
+    if not a.view_users[i]:
+        return [u for u in a.users[i] if member[u]]
     found, stack = [], [i]
     while stack:
         for u in a.users[stack.pop()]:

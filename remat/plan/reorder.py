@@ -125,7 +125,10 @@ class _Kernels:
         through: bytearray,
     ) -> None:
         storage, nbytes, allocates = a.storage, a.nbytes, a.allocates
-        position = {i: k for k, kernel in enumerate(nodes) for i in kernel}
+        position: dict[int, int] = {}
+        for k, kernel in enumerate(nodes):
+            for i in kernel:
+                position[i] = k
         self.member = member = bytearray(len(a.names))
         for i in order:
             member[i] = 1
@@ -138,6 +141,9 @@ class _Kernels:
         self.readers: dict[int, list[int]] = {}
         self.outputs = outputs
         instances, distinct, readers, succs = a.instances, a.distinct, self.readers, self.succs
+        # per storage: a buffer of the module, or an input it may free (a saved activation; never a parameter)
+        counted: dict[int, bool] = {}
+        expand, reads, writes, all_preds = fusion.expand, self.reads, self.writes, self.preds
         for k, kernel in enumerate(nodes):
             buffers: dict[int, None] = {}
             preds: set[int] = set()
@@ -146,24 +152,27 @@ class _Kernels:
                     found = after.get(j)
                     if found is not None:
                         preds.update(found)
-                for j in fusion.expand(a, i, inside, memo):
+                expanded = memo.get(i)
+                for j in expand(a, i, inside, memo) if expanded is None else expanded:
                     o = storage[j]
-                    # a buffer of the module, or an input it may free (a saved activation; never a parameter)
-                    if nbytes[o] and (o in position or instances[o] >= 0):
+                    keep = counted.get(o)
+                    if keep is None:
+                        keep = counted[o] = bool(nbytes[o]) and (o in position or instances[o] >= 0)
+                    if keep:
                         buffers[o] = None
             preds.discard(k)
-            self.reads.append(tuple(buffers))
+            reads.append(tuple(buffers))
             for o in buffers:
                 if o in readers:
                     readers[o].append(k)
                 else:
                     readers[o] = [k]
-            self.preds.append(preds)
+            all_preds.append(preds)
             succs.append([])
             for p in preds:
                 succs[p].append(k)
-            self.writes.append(tuple(i for i in kernel if allocates[i]))
-        self.produced = {o for w in self.writes for o in w}
+            writes.append(tuple(i for i in kernel if allocates[i]))
+        self.produced = {o for w in writes for o in w}
 
     @staticmethod
     def _after(a, order: Sequence[int], position: dict[int, int], through: bytearray) -> dict[int, tuple[int, ...]]:
