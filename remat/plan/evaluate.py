@@ -97,6 +97,7 @@ class Evaluator:
         # problems whose walk facts are this one's (restricted): a variant's walk mostly repeats the unconstrained one.
         self._walks: dict[frozenset[int], Resolved] = {}
         self._floors: dict[Resolved, int] = {}
+        self._costs: dict[Resolved, float] = {}
         self._recent: OrderedDict[Resolved, Lifetimes] = OrderedDict()
         self._families: dict[str, Any] = {}
         self._variants: dict[str, Evaluator] = {}
@@ -132,7 +133,10 @@ class Evaluator:
         return hit
 
     def _cost(self, resolved: Resolved) -> float:
-        return sum(map(self.problem.solver_cost, resolved.recomputed))
+        cost = self._costs.get(resolved)
+        if cost is None:
+            cost = self._costs[resolved] = sum(map(self.problem.solver_cost, resolved.recomputed))
+        return cost
 
     def score(self, chosen: Iterable[str], label: str = "") -> Scored:
         chosen = frozenset(chosen)
@@ -168,7 +172,7 @@ class Evaluator:
     def restricted(self, problem: Problem) -> "Evaluator":
         """An evaluator of `problem` (the same graph under more constraints) sharing this one's simulations."""
         other = Evaluator(problem, self.time_limit, self.frugal)
-        other._memo, other._floors = self._memo, self._floors
+        other._memo, other._floors, other._costs = self._memo, self._floors, self._costs
         if problem.walk_facts == self.problem.walk_facts:
             other._walks = self._walks
         return other

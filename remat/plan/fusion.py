@@ -159,13 +159,19 @@ def _inline_pass(a, order, member, kept, eligible, folded_mm, written: set[int] 
     reads: dict[int, frozenset[int]] = {}
     fused: list[tuple[int, list[int]]] = []
 
-    def buffers(i: int) -> frozenset[int]:
-        owner = a.storage[i]
-        if not out[owner]:
-            return frozenset((owner,))
-        if owner not in reads:
-            reads[owner] = frozenset().union(*(buffers(j) for j in a.inputs[owner]))
-        return reads[owner]
+    def buffers(owner: int) -> frozenset[int]:
+        """The buffers a value computed inside its readers (`out[owner]`) reads, through those computed inside too."""
+        found = reads.get(owner)
+        if found is None:
+            acc: set[int] = set()
+            for j in a.inputs[owner]:
+                o = a.storage[j]
+                if out[o]:
+                    acc |= buffers(o)
+                else:
+                    acc.add(o)
+            found = reads[owner] = frozenset(acc)
+        return found
 
     heavy = bytearray(a.heavy) if a.heavy else bytearray(len(a.names))  # computes a heavy op, itself or inlined
     storage, inputs = a.storage, a.inputs
@@ -180,7 +186,7 @@ def _inline_pass(a, order, member, kept, eligible, folded_mm, written: set[int] 
             if out[storage[j]] and heavy[storage[j]]:
                 heavy[i] = 1
                 break
-        read = len(buffers(i))
+        read = len(buffers(storage[i])) if out[storage[i]] else 1
         shared = len(consumers) > 1 and (read > READS_LIMIT or heavy[i])
         if shared and written is not None and i not in written and one_kernel(a, i, consumers, member):
             shared = False
