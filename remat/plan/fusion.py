@@ -167,7 +167,8 @@ def _inline_pass(a, order, member, kept, eligible, folded_mm, written: set[int] 
             for j in a.inputs[owner]:
                 o = a.storage[j]
                 if out[o]:
-                    acc |= buffers(o)
+                    inner = reads.get(o)
+                    acc |= buffers(o) if inner is None else inner
                 else:
                     acc.add(o)
             found = reads[owner] = frozenset(acc)
@@ -257,8 +258,9 @@ def _readers(a, i: int, member: bytearray) -> list[int]:
 
 def expand(a, i: int, inlined: bytearray, memo: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
     """What node `i` reads once the values computed inside it (`inlined`) are replaced by what they read."""
-    if i in memo:
-        return memo[i]
+    known = memo.get(i)
+    if known is not None:
+        return known
     storage = a.storage
     inputs = a.distinct[i]
     for position in range(len(inputs)):
