@@ -64,3 +64,43 @@ def test_saved_floor_bounds_the_peak_with_transfers(seed, options):
     p = problem(seed, "inductor", **options)
     for member in heuristic_family(Evaluator(p)):
         assert saved_floor(p, member.resolved) <= member.peak
+
+
+@pytest.mark.parametrize("inner", ["inductor", "aot_eager"])
+@pytest.mark.parametrize("seed", [0, 1, pytest.param(5, marks=pytest.mark.slow)])
+def test_variants_share_resolved_plans_that_their_own_problem_resolves_alike(seed, inner):
+    """A family's variants (a kind of op kept saved, random ops kept saved) resolve a plan through the evaluator's
+    shared table of plans by the positions they recompute: each member's plan is the one its own problem resolves,
+    and some variant plan is taken from the table rather than walked again."""
+    p = problem(seed, inner, rng="replay")
+    evaluator = Evaluator(p)
+    family = heuristic_family(evaluator)
+    variants = list(evaluator._variants.values())
+    assert variants, "the graph has no op kind or random op a variant keeps saved"
+    assert all(v._walks is evaluator._walks for v in variants)
+    for owner in (evaluator, *variants):
+        for chosen, resolved in owner._resolved.items():
+            assert resolved == owner.problem.resolve(chosen)
+    walked = len(evaluator._walks)
+    asked = sum(len(owner._resolved) for owner in (evaluator, *variants))
+    assert walked < asked, f"{asked} resolutions walked {walked} plans: none was shared"
+    assert len(family) >= asked
+
+
+def test_an_evaluator_of_a_problem_resolving_otherwise_keeps_its_own_table():
+    """A problem whose plans resolve differently for the same positions (here: a saved value it must offload) gets
+    a table of its own from `restricted`."""
+    import dataclasses
+    import types
+
+    p = problem(0, "aot_eager")
+    evaluator = Evaluator(p)
+    name = next(n for n in p.needed if n in p.choosable)  # saved when nothing is recomputed
+    offloading = dataclasses.replace(
+        p,
+        constraints=dataclasses.replace(p.constraints, must_offload=types.MappingProxyType({name: "test"})),
+    )
+    other = evaluator.restricted(offloading)
+    assert other._walks is not evaluator._walks
+    assert other.score(()).resolved.offloaded == {name}
+    assert evaluator.score(()).resolved.offloaded == frozenset()
