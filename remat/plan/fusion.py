@@ -167,8 +167,7 @@ def _inline_pass(a, order, member, kept, eligible, folded_mm, written: set[int] 
             for j in a.inputs[owner]:
                 o = a.storage[j]
                 if out[o]:
-                    inner = reads.get(o)
-                    acc |= buffers(o) if inner is None else inner
+                    acc |= buffers(o)
                 else:
                     acc.add(o)
             found = reads[owner] = frozenset(acc)

@@ -125,10 +125,7 @@ class _Kernels:
         through: bytearray,
     ) -> None:
         storage, nbytes, allocates = a.storage, a.nbytes, a.allocates
-        position: dict[int, int] = {}
-        for k, kernel in enumerate(nodes):
-            for i in kernel:
-                position[i] = k
+        position = {i: k for k, kernel in enumerate(nodes) for i in kernel}
         self.member = member = bytearray(len(a.names))
         for i in order:
             member[i] = 1
@@ -152,8 +149,7 @@ class _Kernels:
                     found = after.get(j)
                     if found is not None:
                         preds.update(found)
-                expanded = memo.get(i)
-                for j in expand(a, i, inside, memo) if expanded is None else expanded:
+                for j in expand(a, i, inside, memo):
                     o = storage[j]
                     keep = counted.get(o)
                     if keep is None:

@@ -118,7 +118,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     for pos, i in enumerate(fw):
         if fw_in[i]:
             continue  # runs as part of a later kernel: it reads its inputs there
-        for j in (memo_fw.get(i) or fusion.expand(a, i, fw_in, memo_fw)) if problem.fuses else inputs_of[i]:
+        for j in fusion.expand(a, i, fw_in, memo_fw) if problem.fuses else inputs_of[i]:
             k = plain[j]
             if k >= 0:
                 last[k] = pos
@@ -134,7 +134,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     for pos, i in enumerate(bw, start=num_fw):
         if bw_in[i]:
             continue
-        for j in (memo_bw.get(i) or fusion.expand(a, i, bw_in, memo_bw)) if problem.fuses else inputs_of[i]:
+        for j in fusion.expand(a, i, bw_in, memo_bw) if problem.fuses else inputs_of[i]:
             o = storage[j]
             k = o + n if recomputed[o] else plain[j]
             if k >= 0:
