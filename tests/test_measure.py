@@ -103,6 +103,15 @@ def test_replay_ignores_frees_from_before_the_window():
     assert _replay([(0, 9, -1000)], set()) == 0
 
 
+def test_replay_counts_an_address_once_when_its_free_went_unseen():
+    # Address 1 is allocated again with no free recorded in between (freed on a thread the profiler missed): the
+    # first block is gone by then, so the running sum holds 300 + 40, not 100 + 300 + 40.
+    events = [(0, 1, 100), (1, 2, 40), (2, 1, 300), (3, 3, 10), (4, 1, -300)]
+    assert _replay(events, set()) == 350
+    # the same when the new allocation at that address is an excluded one
+    assert _replay(events, {2}) == 140
+
+
 def test_exclude_drops_only_the_last_allocation_at_an_address():
     # Address 1 is used twice: the first allocation (freed) counts, the last one (the excluded tensor) does not.
     events = [(0, 1, 100), (1, 2, 40), (2, 1, -100), (3, 1, 300), (4, 2, -40), (5, 3, 10)]
