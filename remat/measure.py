@@ -169,18 +169,16 @@ def _replay(events: list[tuple[int, int, int]], excluded: set[int]) -> int:
     # address -> bytes of the counted allocations made within the window; a free of any other address (memory from
     # before the window, or an excluded allocation) is ignored. Two live blocks never share an address, so an
     # allocation at an address still counted as live means its free went unseen (freed on a thread the profiler did
-    # not record): that block is dropped then, rather than counted twice.
+    # not record): any event at a live address, its free or a new block there, ends the block counted there.
     live: dict[int, int] = {}
     total = peak = 0
     for index, (_, address, nbytes) in enumerate(events):
-        if nbytes > 0 and address in live:
+        if address in live:
             total -= live.pop(address)
         if nbytes > 0 and index not in excluded:
             live[address] = nbytes
             total += nbytes
             peak = max(peak, total)
-        elif nbytes < 0 and address in live:
-            total -= live.pop(address)
     return peak
 
 
