@@ -45,12 +45,18 @@ def peak_memory(
             On CPU, for each such tensor the last allocation the call made at its data pointer is ignored, both
             when it is allocated and when it is freed; the same on CUDA.
 
-    On CPU, and on CUDA with ``exclude``: the allocation and free events of ``torch.profiler``
-    (``profile_memory=True``) on that device, replayed in time order; a free counts only if its address was
-    allocated within the call. The profiler records the calling thread (CPU backward runs there too); memory another
-    Python thread allocates meanwhile is not counted. On CUDA without ``exclude``: ``torch.cuda.max_memory_allocated``
-    after ``reset_peak_memory_stats``, minus the memory allocated at the start. On CUDA both count caching-allocator
-    blocks (sizes rounded up to 512 bytes), and a free counts when the tensor returns its block to the allocator.
+    On CPU: the allocation and free events of ``torch.profiler`` (``profile_memory=True``), replayed in time order; a
+    free counts only if its address was allocated within the call. The profiler records the calling thread (CPU
+    backward runs there too); memory another Python thread allocates meanwhile is not counted. On CUDA without
+    ``exclude``: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus the memory allocated at
+    the start. On CUDA with ``exclude``: the caching allocator's own trace of the call (its memory history, every
+    thread's allocations and frees: autograd runs a CUDA backward on a thread of its own, whose frees the profiler
+    does not all see), replayed the same way, each request rounded up to 512 bytes as the allocator's blocks are;
+    so with nothing to exclude it is the figure without ``exclude``, less any bytes of a cached block the allocator
+    handed out whole for a smaller request.
+    When the allocator is recording a history already (the user turned it on), that history is left alone and the
+    profiler's events are replayed instead. On CUDA both count caching-allocator blocks (sizes rounded up to 512
+    bytes), and a free counts when the tensor returns its block to the allocator.
     """
     device = torch.device(device) if device is not None else _infer_device(fn, args, kwargs)
     if device.type == "cuda" and exclude is None:
@@ -93,18 +99,40 @@ def _cuda_peak(fn, args, kwargs, device: torch.device) -> int:
 
 
 def _event_peak(fn, args, kwargs, exclude, device: torch.device) -> int:
+    if device.type == "cuda" and not _torch.cuda_history_recording():
+        with POOL.watch() as arenas:
+            events = _allocator_events(fn, args, kwargs, device)
+    else:
+        with POOL.watch() as arenas:
+            events = _profiler_events(fn, args, kwargs, device)
+    excluded = _excluded_allocations(events, exclude() if exclude is not None else ())
+    return _replay(events, excluded) + arenas.bytes_on(device)
+
+
+def _allocator_events(fn, args, kwargs, device: torch.device) -> list[tuple[int, int, int]]:
+    """``(order, address, signed bytes)`` of every allocation (+) and free (-) the CUDA caching allocator made on
+    ``device`` during the call, from any thread, in its own order."""
+    torch.cuda.synchronize(device)
+    with _torch.cuda_allocator_trace(device) as trace:
+        fn(*args, **kwargs)
+    # The trace holds the bytes each tensor asked for; the allocator hands out blocks of a multiple of 512 bytes.
+    events = []
+    for order, (action, address, nbytes) in enumerate(trace):
+        block = max(-(-nbytes // 512), 1) * 512
+        events.append((order, address, block if action == "alloc" else -block))
+    return events
+
+
+def _profiler_events(fn, args, kwargs, device: torch.device) -> list[tuple[int, int, int]]:
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
         torch.cuda.synchronize(device)
-    with POOL.watch() as arenas:
-        with profile(activities=activities, profile_memory=True) as prof:
-            fn(*args, **kwargs)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-    events = _memory_events(prof, device)
-    excluded = _excluded_allocations(events, exclude() if exclude is not None else ())
-    return _replay(events, excluded) + arenas.bytes_on(device)
+    with profile(activities=activities, profile_memory=True) as prof:
+        fn(*args, **kwargs)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return _memory_events(prof, device)
 
 
 def _memory_events(prof: profile, device: torch.device) -> list[tuple[int, int, int]]:

@@ -171,7 +171,7 @@ def test_cuda_exclude_replays_the_allocators_events():
 
     assert near(peak_memory(fn, device="cuda", exclude=lambda: kept), MiB)
     kept.clear()
-    # nothing excluded: the replayed events agree with the allocator's own peak statistic (1 MiB kept, 1 MiB scratch,
+    # nothing excluded: the replayed trace agrees with the allocator's own peak statistic (1 MiB kept, 1 MiB scratch,
     # the sum and its scratch in 512-byte blocks)
     replayed = peak_memory(fn, device="cuda", exclude=list)
     assert replayed == peak_memory(fn, device="cuda")
@@ -179,6 +179,51 @@ def test_cuda_exclude_replays_the_allocators_events():
     # a CPU allocation inside the call is not a CUDA one
     assert peak_memory(lambda: (torch.empty(N), torch.empty(N, device="cuda")), device="cuda", exclude=list) == MiB
     assert near(peak_memory(lambda: (torch.empty(N), torch.empty(N, device="cuda")), device="cpu"), MiB)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_exclude_sees_the_backward_threads_frees():
+    # A CUDA backward runs on autograd's device thread; its frees are in the allocator's trace, so the replay with
+    # nothing excluded equals the allocator's own peak, and leaving the weight gradients out lowers it by at most them.
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    layers = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(8)]).cuda()
+    x = torch.randn(512, 512, device="cuda")
+
+    def step():
+        out = x
+        for layer in layers:
+            out = checkpoint(lambda t, layer=layer: torch.relu(layer(t)), out, use_reentrant=False)
+        out.sum().backward()
+
+    def no_grads():
+        for p in layers.parameters():
+            p.grad = None
+
+    step()
+    no_grads()
+    allocator = peak_memory(step, device="cuda")
+    no_grads()
+    replayed = peak_memory(step, device="cuda", exclude=list)
+    assert allocator - SLACK < replayed <= allocator  # a cached block handed out whole counts at the request's size
+    no_grads()
+    without = peak_memory(step, device="cuda", exclude=lambda: [p.grad for p in layers.parameters()])
+    grad_bytes = sum(p.numel() * p.element_size() for p in layers.parameters())
+    assert allocator - grad_bytes <= without <= allocator
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_users_memory_history_left_alone():
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python")
+    try:
+        before = len(torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()])
+        assert near(peak_memory(lambda: torch.empty(N, device="cuda"), device="cuda", exclude=list), MiB)
+        assert torch._C._cuda_isHistoryEnabled()
+        after = len(torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()])
+        assert after > before  # still recording, nothing cleared
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
 
 
 @pytest.mark.inductor

@@ -324,6 +324,7 @@ def test_offload_auto_on_cuda_leaves_the_device_peak():
         ("torch._subclasses.fake_tensor", "unset_fake_temporarily", lambda: remat._torch.outside_fake_mode()),
         ("torch._C", "_storage_Use_Count", lambda: remat._torch.storage_use_count(torch.empty(1))),
         ("torch._inductor.config", "_pre_fusion_custom_pass", lambda: remat._torch.inputs_never_reused([])),
+        ("torch.cuda.memory", "_record_memory_history", lambda: remat._torch.cuda_allocator_trace("cuda").__enter__()),
     ],
 )
 def test_private_runtime_apis_are_guarded(monkeypatch, module, name, call):
@@ -332,6 +333,13 @@ def test_private_runtime_apis_are_guarded(monkeypatch, module, name, call):
     monkeypatch.delattr(importlib.import_module(module), name)
     with pytest.raises(remat._torch.TorchAPIError, match=f"{name}.*torch 2.11 to 2.14"):
         call()
+
+
+def test_cuda_history_switch_is_guarded(monkeypatch):
+    # a CPU build of torch has no CUDA allocator history at all; peak_memory asks only when it measures CUDA
+    monkeypatch.delattr(torch._C, "_cuda_isHistoryEnabled", raising=False)
+    with pytest.raises(remat._torch.TorchAPIError, match="_cuda_isHistoryEnabled.*torch 2.11 to 2.14"):
+        remat._torch.cuda_history_recording()
 
 
 def test_gathers_keep_their_tensors_until_the_next_one(tmp_path):

@@ -9,7 +9,8 @@ version and the missing piece instead of an AttributeError from deep inside a co
 - split: torch's forward/backward module builder and its default and min-cut partitioners
 - compile: aot_autograd, inductor and its custom-partitioner hook, the aot_eager inner compiler, mark_dynamic
 - dynamo: the compile in progress, structured traces, forgetting a block's compiles
-- runtime: storage sharing, tensor versions, RNG replay ops, fake mode, profiler allocation records
+- runtime: storage sharing, tensor versions, RNG replay ops, fake mode, profiler allocation records, the CUDA
+  allocator's trace
 - eager: wrap-policy objects, batch norm's base class
 """
 
@@ -64,7 +65,15 @@ from .split import (
     min_cut_partition,
     split_joint,
 )
-from .runtime import is_allocation, outside_fake_mode, rng_replay_ops, storage_use_count, tensor_version
+from .runtime import (
+    cuda_allocator_trace,
+    cuda_history_recording,
+    is_allocation,
+    outside_fake_mode,
+    rng_replay_ops,
+    storage_use_count,
+    tensor_version,
+)
 
 __all__ = [
     "BLOCK",
@@ -81,6 +90,8 @@ __all__ = [
     "checkpoint_mark",
     "compile_fx",
     "compile_fx_inner",
+    "cuda_allocator_trace",
+    "cuda_history_recording",
     "current_compile_frame",
     "current_compile_id",
     "custom_partitioner_base",

@@ -1,9 +1,12 @@
-"""torch internals remat's runtime reads: storage sharing, tensor versions, the RNG replay ops, fake-tensor mode
-and the profiler's allocation records."""
+"""torch internals remat's runtime reads: storage sharing, tensor versions, the RNG replay ops, fake-tensor mode,
+the profiler's allocation records and the CUDA caching allocator's own trace."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import inspect
+import sys
+from typing import Any, Iterator
 
 from .guard import lookup, missing
 
@@ -48,3 +51,47 @@ def is_allocation(event: Any) -> bool:
     if kinds is None:
         raise missing("torch._C._profiler._EventType")
     return bool(event.tag == kinds.Allocation)
+
+
+def cuda_history_recording() -> bool:
+    """Whether the CUDA caching allocator is recording its memory history (`torch.cuda.memory._record_memory_history`
+    turned on, by remat or by the user)."""
+    import torch
+
+    enabled = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+    if enabled is None:
+        raise missing("torch._C._cuda_isHistoryEnabled")
+    return bool(enabled())
+
+
+@contextlib.contextmanager
+def cuda_allocator_trace(device: Any) -> Iterator[list[tuple[str, int, int]]]:
+    """The CUDA caching allocator's record of the allocations and frees on `device` while the block runs, from every
+    thread (autograd runs a CUDA backward on a thread of its own): a list, filled when the block ends, of
+    `(action, address, bytes)` in the order the allocator made them, `action` "alloc" or "free_requested" (a tensor
+    gives its block back: `torch.cuda.memory_allocated` falls then). Recording is turned on for the block, with no
+    stack traces, and off after it; the caller checks `cuda_history_recording()` first, since a history the user
+    records already must not be turned off or cleared."""
+    import torch
+
+    memory = torch.cuda.memory
+    record = getattr(memory, "_record_memory_history", None)
+    snapshot = getattr(memory, "_snapshot", None)
+    if record is None or snapshot is None:
+        raise missing("torch.cuda.memory._record_memory_history and _snapshot")
+    options: dict[str, Any] = {"context": None, "stacks": "python", "max_entries": sys.maxsize}
+    if "clear_history" in inspect.signature(record).parameters:
+        options["clear_history"] = True
+    device = torch.device(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    trace: list[tuple[str, int, int]] = []
+    record(enabled="all", **options)
+    try:
+        yield trace
+        torch.cuda.synchronize(device)
+        entries = snapshot(device)["device_traces"][index]
+    finally:
+        record(enabled=None)
+    trace.extend(
+        (e["action"], int(e["addr"]), int(e["size"])) for e in entries if e["action"] in ("alloc", "free_requested")
+    )
