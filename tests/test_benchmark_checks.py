@@ -273,3 +273,15 @@ def test_stand_alone_benchmarks_write_json_and_a_page(tmp_path, capsys):
     assert json.loads(out.read_text())["rows"] == [1]
     assert md.read_text() == "# Title\n\nHow.\n\n| a |\n|---|\n\n- PASS: x\n- FAIL: y\n"
     assert "FAIL: y" in capsys.readouterr().out
+
+
+def test_cuda_peak_check_measures_each_figure_of_one_row_on_cpu():
+    """benchmarks/cuda_peak_check.py runs where CUDA is; on CPU its row has the same fields, the allocator's figure
+    left out, and peak_memory's figure is the profiler replay (both read the profiler's events on CPU)."""
+    import cuda_peak_check
+
+    row = cuda_peak_check.check("gpt", "per-block", 1, "cpu")
+    assert row["row"] == "eager+per-block" and row["allocator_mib"] is None
+    assert row["replay_all_mib"] == row["profiler_replay_all_mib"]
+    assert 0 < row["replay_mib"] < row["replay_all_mib"] <= row["replay_mib"] + row["grad_mib"]
+    assert row["allocations"] >= row["frees"] > 0
