@@ -55,7 +55,8 @@ def peak_memory(
     so with nothing to exclude it is the figure without ``exclude``, less any bytes of a cached block the allocator
     handed out whole for a smaller request.
     When the allocator is recording a history already (the user turned it on), that history is left alone and the
-    profiler's events are replayed instead. On CUDA both count caching-allocator blocks (sizes rounded up to 512
+    profiler's events are replayed instead; so too under ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``, which
+    keeps no history. On CUDA both count caching-allocator blocks (sizes rounded up to 512
     bytes), and a free counts when the tensor returns its block to the allocator.
     """
     device = torch.device(device) if device is not None else _infer_device(fn, args, kwargs)
@@ -98,8 +99,16 @@ def _cuda_peak(fn, args, kwargs, device: torch.device) -> int:
     return max(int(peak), 0) + arenas.bytes_on(device)
 
 
+def _reads_allocator_trace(device: torch.device) -> bool:
+    """Whether the call's CUDA allocations are read from the caching allocator's own trace: torch's native allocator
+    (cudaMallocAsync keeps no history), whose history the user is not recording already."""
+    if device.type != "cuda" or torch.cuda.get_allocator_backend() != "native":
+        return False
+    return not _torch.cuda_history_recording()
+
+
 def _event_peak(fn, args, kwargs, exclude, device: torch.device) -> int:
-    if device.type == "cuda" and not _torch.cuda_history_recording():
+    if _reads_allocator_trace(device):
         with POOL.watch() as arenas:
             events = _allocator_events(fn, args, kwargs, device)
     else:

@@ -226,6 +226,22 @@ def test_cuda_users_memory_history_left_alone():
         torch.cuda.memory._record_memory_history(enabled=None)
 
 
+def test_cuda_reads_the_allocators_trace_only_where_it_keeps_one(monkeypatch):
+    from remat import measure
+
+    assert not measure._reads_allocator_trace(torch.device("cpu"))
+    recording = [False]
+    monkeypatch.setattr(measure._torch, "cuda_history_recording", lambda: recording[0])
+    for backend, recorded, reads in (
+        ("native", False, True),
+        ("native", True, False),
+        ("cudaMallocAsync", False, False),
+    ):
+        monkeypatch.setattr(torch.cuda, "get_allocator_backend", lambda backend=backend: backend)
+        recording[0] = recorded
+        assert measure._reads_allocator_trace(torch.device("cuda")) is reads, (backend, recorded)
+
+
 @pytest.mark.inductor
 def test_inductor_compiled_allocations():
     x = torch.randn(512, 512)
