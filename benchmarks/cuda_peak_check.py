@@ -2,14 +2,15 @@
 
     python benchmarks/cuda_peak_check.py [--models gpt,gpt2,llama] [--batch 8] [--out results/cuda-peak-check.json]
 
-For each model, an eager training step (plain, and under per-block `torch.utils.checkpoint`) is measured three ways
+For each model, an eager training step (plain, and under per-block `torch.utils.checkpoint`) is measured four ways
 after one warm-up step, parameter gradients set to None before each:
 
 - ``replay``: `remat.peak_memory(step, exclude=<parameter gradients>)`, the figure the benchmark rows report;
 - ``replay_all``: `remat.peak_memory` over the same events with nothing excluded;
 - ``profiler_replay_all``: the torch.profiler's memory events replayed, nothing excluded (what `peak_memory` with
   `exclude` replayed on CUDA before it read the allocator's own trace);
-- ``allocator``: `torch.cuda.max_memory_allocated` minus `memory_allocated` before the step, gradients included.
+- ``allocator``: `remat.peak_memory` without `exclude` (`torch.cuda.max_memory_allocated` minus `memory_allocated`
+  before the step), gradients included; CUDA only.
 
 The allocator's figure bounds the truth from both sides: the true peak without gradients lies between
 ``allocator - gradient bytes`` and ``allocator``, and ``replay_all`` should equal ``allocator``. The event stream's
@@ -29,7 +30,6 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import remat  # noqa: E402
 from remat import measure  # noqa: E402
@@ -40,10 +40,7 @@ MIB = 2**20
 
 
 def event_counts(step, device: torch.device) -> dict[str, int]:
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities, profile_memory=True) as prof:
-        step()
-    events = measure._memory_events(prof, device)
+    events = measure._profiler_events(step, (), {}, device)
     live: set[int] = set()
     unseen_free = reused_live = 0
     for _, address, nbytes in events:
@@ -66,18 +63,6 @@ def event_counts(step, device: torch.device) -> dict[str, int]:
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def allocator_peak(step, device: torch.device) -> int | None:
-    """The caching allocator's peak over `step` above what was allocated before it (None off CUDA)."""
-    if device.type != "cuda":
-        return None
-    sync(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    start = torch.cuda.memory_allocated(device)
-    step()
-    sync(device)
-    return torch.cuda.max_memory_allocated(device) - start
 
 
 def check(name: str, recipe: str, batch: int, device_name: str) -> dict:
@@ -106,7 +91,8 @@ def check(name: str, recipe: str, batch: int, device_name: str) -> dict:
     replay = measured(lambda: remat.peak_memory(step, device=device, exclude=lambda: [p.grad for p in params]))
     replay_all = measured(lambda: remat.peak_memory(step, device=device, exclude=lambda: []))
     profiler = measured(lambda: measure._replay(measure._profiler_events(step, (), {}, device), set()))
-    allocator = measured(lambda: allocator_peak(step, device))
+    # peak_memory without exclude on CUDA: max_memory_allocated over the step, above what was allocated before it
+    allocator = measured(lambda: remat.peak_memory(step, device=device)) if device.type == "cuda" else None
     row = {
         "model": name,
         "row": spec.name,

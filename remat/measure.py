@@ -51,13 +51,12 @@ def peak_memory(
     ``exclude``: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus the memory allocated at
     the start. On CUDA with ``exclude``: the caching allocator's own trace of the call (its memory history, every
     thread's allocations and frees: autograd runs a CUDA backward on a thread of its own, whose frees the profiler
-    does not all see), replayed the same way, each request rounded up to 512 bytes as the allocator's blocks are;
-    so with nothing to exclude it is the figure without ``exclude``, less any bytes of a cached block the allocator
-    handed out whole for a smaller request.
-    When the allocator is recording a history already (the user turned it on), that history is left alone and the
-    profiler's events are replayed instead; so too under ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``, which
-    keeps no history. On CUDA both count caching-allocator blocks (sizes rounded up to 512
-    bytes), and a free counts when the tensor returns its block to the allocator.
+    does not all see), replayed the same way; so with nothing to exclude it is the figure without ``exclude``, less
+    any bytes of a cached block the allocator handed out whole for a smaller request. When the allocator is recording
+    a history already (the user turned it on), that history is left alone and the profiler's events are replayed
+    instead; so too under ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``, which keeps no history. On CUDA every
+    figure counts caching-allocator blocks (sizes rounded up to 512 bytes), and a free counts when the tensor returns
+    its block to the allocator.
     """
     device = torch.device(device) if device is not None else _infer_device(fn, args, kwargs)
     if device.type == "cuda" and exclude is None:
@@ -108,12 +107,9 @@ def _reads_allocator_trace(device: torch.device) -> bool:
 
 
 def _event_peak(fn, args, kwargs, exclude, device: torch.device) -> int:
-    if _reads_allocator_trace(device):
-        with POOL.watch() as arenas:
-            events = _allocator_events(fn, args, kwargs, device)
-    else:
-        with POOL.watch() as arenas:
-            events = _profiler_events(fn, args, kwargs, device)
+    events_of = _allocator_events if _reads_allocator_trace(device) else _profiler_events
+    with POOL.watch() as arenas:
+        events = events_of(fn, args, kwargs, device)
     excluded = _excluded_allocations(events, exclude() if exclude is not None else ())
     return _replay(events, excluded) + arenas.bytes_on(device)
 
