@@ -91,5 +91,7 @@ import sys
 
 single = remat.explain(model, x, inner="aot_eager")  # as the ranks compile it
 print(f"single process: saves {single.saved_bytes / MIB:.2f} MiB")
-ranks = subprocess.run([sys.executable, "partition_worker.py", "2"], capture_output=True, text=True, check=True)
+ranks = subprocess.run(
+    [sys.executable, "partition_worker.py", "2"], capture_output=True, text=True, check=True, timeout=240
+)
 print(ranks.stdout.strip())

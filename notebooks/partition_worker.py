@@ -4,8 +4,9 @@ Run by 04_offload_and_partition.ipynb (python partition_worker.py); prints one l
 """
 
 import copy
-import socket
+import datetime
 import sys
+import tempfile
 
 from helpers import MIB, gradients, mean_square, mismatched, train_step
 
@@ -18,8 +19,12 @@ import remat
 from remat.zoo import MLP, make_mlp_batch
 
 
-def rank_step(rank, world, port, queue):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+# A rank stuck waiting for its peer fails with a traceback after this long instead of hanging the notebook.
+TIMEOUT = datetime.timedelta(minutes=3)
+
+
+def rank_step(rank, world, store, queue):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=TIMEOUT)
     torch.manual_seed(0)
     model, x = MLP(width=512, depth=4), make_mlp_batch(512, batch=64)
     eager = copy.deepcopy(model)
@@ -41,11 +46,10 @@ def rank_step(rank, world, port, queue):
 
 
 def main(world: int = 2) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     queue = mp.get_context("spawn").SimpleQueue()
-    mp.spawn(rank_step, args=(world, port, queue), nprocs=world)
+    # the ranks meet through a file store of their own (a free TCP port picked here could be taken before they bind it)
+    with tempfile.TemporaryDirectory() as folder:
+        mp.spawn(rank_step, args=(world, f"{folder}/store", queue), nprocs=world)
     lines = sorted(queue.get() for _ in range(world))
     print("\n".join(line for _, line in lines))
 
