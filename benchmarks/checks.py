@@ -260,8 +260,9 @@ def none_vs_plain(rows: list[dict[str, Any]], inner: str) -> Finding:
 
 def none_vs_plain_time(rows: list[dict[str, Any]], inner: str) -> Finding:
     """remat with no budget against the plain compiled row: step time at most ``NONE_TIME_SLACK`` x the plain
-    row's (same run). Where the run timed the two in alternation (the row's ``paired``, pairs.py) that ratio is
-    the one held to the limit; else the separate stretches', each comparison over it giving the two rows' own
+    row's (same run). Where the run timed the two in alternation (the row's ``paired``, pairs.py) that ratio (the
+    median per-round ratio) is the one held to the limit, given with the plain row timed against a second build
+    of itself (the run's noise); else the separate stretches', each comparison over it giving the two rows' own
     step-time spread."""
     parts, over = [], []
     for model in _models(rows):
@@ -298,10 +299,22 @@ def _time_ratio(r: dict[str, Any], ref: dict[str, Any], limit: float) -> tuple[f
     if paired and paired.get("against") == ref["row"]:
         ratio = paired["ratio"]
         low, high = paired["round_ratio_quartiles"]
-        times = (
-            f"{paired['step_ms']:.1f} vs {paired['against_step_ms']:.1f} ms, timed in alternation over "
-            f"{paired['rounds']} rounds"
-        )
+        times = f"{paired['step_ms']:.1f} vs {paired['against_step_ms']:.1f} ms"
+        if "ratio_of_medians" not in paired:  # a run from before the median per-round ratio was the one held
+            times += f", timed in alternation over {paired['rounds']} rounds"
+        else:
+            times += (
+                f" (medians; their ratio {paired['ratio_of_medians']:.2f}×), timed in alternation over "
+                f"{paired['rounds']} rounds"
+            )
+            control = paired.get("plain_vs_itself")
+            if control:
+                c_low, c_high = control["round_ratio_quartiles"]
+                times += (
+                    f"; `{ref['row']}` against a second build of itself {control['ratio']:.2f}× (quartiles "
+                    f"{c_low:.2f}-{c_high:.2f})"
+                )
+            times += "; median per-round ratio"
         return ratio, f"{ratio:.2f}× (per-round ratios' quartiles {low:.2f}-{high:.2f})", times
     ratio = r["step_ms"] / ref["step_ms"]
     text = f"{ratio:.2f}×"

@@ -58,7 +58,8 @@ LEGEND = """\
   row / the plain compiled row of the model. **compile s**: the first step, compilation included. Each row is
   timed in a stretch of its own; the step-time checks below read, where the run took them, the pairs' timings in
   alternation instead (`remat None` with the plain compiled row, `remat bytes = <recipe>` with that recipe's row:
-  rebuilt after the model's rows and stepped by turns, so load drifting on the machine slows both alike; pairs.py).
+  rebuilt after the model's rows and stepped by turns, so load drifting on the machine slows both alike; the
+  ratio held is the median of the per-round ratios; pairs.py).
 - **max grad diff**: max abs difference of any parameter gradient to eager with the same seed;
   `rel` is the worst per-parameter `||g - g_eager|| / ||g_eager||`."""
 

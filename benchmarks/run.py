@@ -110,7 +110,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=None,
         help="after each model's rows, time each step-time check's two rows in alternation, this many steps "
-        "each (pairs.py; the checks then read these ratios); 0 skips it (default: 15; 0 with --quick)",
+        "each (pairs.py; the checks then read these ratios); 0 skips it (default: 25; 0 with --quick)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, inputs and the gradient check")
     parser.add_argument(
@@ -155,7 +155,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.steps is None:
         args.steps = 3 if args.quick else 10
     if args.paired_rounds is None:
-        args.paired_rounds = 0 if args.quick else 15
+        args.paired_rounds = 0 if args.quick else 25
     if args.paired_rounds and args.paired_rounds < 3:
         parser.error(f"--paired-rounds {args.paired_rounds}: give at least 3 (quartiles need them), or 0 to skip")
     if args.device not in ("cpu", "cuda"):
@@ -226,7 +226,17 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]
     return report.with_ratios(results), shapes
 
 
-PAIRED_FIELDS = ("against", "step_ms", "against_step_ms", "ratio", "round_ratio_quartiles", "rounds", "limit")
+PAIRED_FIELDS = (
+    "against",
+    "step_ms",
+    "against_step_ms",
+    "ratio",
+    "ratio_of_medians",
+    "round_ratio_quartiles",
+    "rounds",
+    "limit",
+    "plain_vs_itself",
+)
 
 
 def time_in_pairs(args: argparse.Namespace, workload: Any, peaks: dict[str, int], measured: list[dict]) -> None:
@@ -255,7 +265,7 @@ def time_in_pairs(args: argparse.Namespace, workload: Any, peaks: dict[str, int]
     for p in found:
         row = by_name.get(p["row"])
         if row is not None and "error" not in row:
-            row["paired"] = {k: p[k] for k in PAIRED_FIELDS}
+            row["paired"] = {k: p[k] for k in PAIRED_FIELDS if k in p}
     print(", ".join(f"{p['row']} {p['ratio']:.3f}x" for p in found), flush=True)
 
 

@@ -3,6 +3,7 @@ partitioner saves (as plain `torch.compile` with that backend runs it), and rema
 partition."""
 
 import copy
+import re
 
 import pytest
 import torch
@@ -74,16 +75,19 @@ def test_none_saves_exactly_what_min_cut_saves(build, inner):
 @pytest.mark.parametrize("inner", INNERS)
 def test_none_costs_what_plain_torch_compile_costs(inner):
     """remat without a budget against plain torch.compile with the same backend: the same measured peak and the
-    same gradients (bitwise under aot_eager)."""
+    same gradients (bitwise under aot_eager); under inductor the very code plain torch.compile generates, forward
+    and backward, so the step costs the same time too."""
+    from torch._inductor.utils import run_and_get_code
+
     model = GPT(CONFIG)
     idx, tgt = make_gpt_batch(CONFIG, batch=2)
-    results = {}
+    results, code = {}, {}
     for backend, options in ((inner, None), ("remat", {"memory_budget": None, "inner": inner})):
         m = copy.deepcopy(model)
         step = torch.compile(lambda i, t: gpt_loss(m, i, t), backend=backend, options=options)
         with torch._inductor.config.patch(fallback_random=True):
             torch.manual_seed(0)
-            step(idx, tgt).backward()
+            _, code[backend] = run_and_get_code(lambda: step(idx, tgt).backward())
             for p in m.parameters():
                 p.grad = None
             torch.manual_seed(0)
@@ -93,6 +97,10 @@ def test_none_costs_what_plain_torch_compile_costs(inner):
         results[backend] = (peak, [p.grad.clone() for p in m.parameters()])
         torch._dynamo.reset()
     assert results["remat"][0] == results[inner][0]
+    if inner == "inductor":
+        # the forward's and the backward's, but for the id inductor numbers its compiles with
+        ours, plain = ([re.sub(r"AOT ID: \['\d+_", "AOT ID: ['", c) for c in code[b]] for b in ("remat", inner))
+        assert len(ours) == 2 and ours == plain
     for a, b in zip(results["remat"][1], results[inner][1]):
         if inner == "aot_eager":
             assert torch.equal(a, b)
