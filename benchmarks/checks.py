@@ -417,27 +417,43 @@ def recipe_step_time(rows: list[dict[str, Any]]) -> Finding:
 
 
 def compile_time(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = False, warmed_up: bool = False) -> Finding:
-    """Per model, remat's slowest first step (compilation included) against the plain compiled row's.
+    """Per model, remat's slowest first step (compilation included) against the plain compiled row's: from a
+    row's ``compile_recheck`` where the run re-timed it (compile_time.recheck), else from the two single first
+    steps.
 
     ``fresh_cache``: the run compiled every row with an empty inductor cache (``rows.row_context``). Without it,
     inductor rows shared inductor's kernel caches, and the text says so. ``warmed_up``: the run compiled a small
     function before its first row (``rows.warm_up_compiler``); without it the first compiled row also paid the
     process's one-time compiler start-up, and the text says so.
     """
-    parts, over, nones, first = [], [], [], True
+    parts, over, nones, first, retimed = [], [], [], True, False
     for model in _models(rows):
         c = _row(rows, model, inner)
         timed = [r for r in _ok(rows) if r["model"] == model and r["kind"] == "remat" and "first_step_s" in r]
         if c is None or not timed or not c.get("first_step_s"):
             continue
-        worst = max(timed, key=lambda r: r["first_step_s"])
-        ratio = worst["first_step_s"] / c["first_step_s"]
-        n_over = sum(r["first_step_s"] > COMPILE_SLACK * c["first_step_s"] for r in timed)
+
+        def ratio_of(r: dict[str, Any]) -> float:
+            again = r.get("compile_recheck")
+            return again["ratio"] if again else r["first_step_s"] / c["first_step_s"]
+
+        worst = max(timed, key=ratio_of)
+        n_over = sum(ratio_of(r) > COMPILE_SLACK for r in timed)
         if n_over:
             over.append(f"{model} ({n_over} of {len(timed)} remat rows)")
-        parts.append(
-            f"{model}: `{worst['row']}` {worst['first_step_s']:.1f} s vs {c['first_step_s']:.1f} s ({ratio:.2f}×)"
-        )
+        again = worst.get("compile_recheck")
+        if again:
+            retimed = True
+            parts.append(
+                f"{model}: `{worst['row']}` {again['seconds']:.1f} s vs {again['plain_seconds']:.1f} s re-timed "
+                f"({again['ratio']:.2f}×; its single first step {worst['first_step_s']:.1f} vs "
+                f"{c['first_step_s']:.1f} s)"
+            )
+        else:
+            parts.append(
+                f"{model}: `{worst['row']}` {worst['first_step_s']:.1f} s vs {c['first_step_s']:.1f} s "
+                f"({ratio_of(worst):.2f}×)"
+            )
         first = first and all(rows.index(c) < rows.index(r) for r in timed)
         none = _row(rows, model, "remat None")
         if none is not None and "first_step_s" in none:
@@ -451,6 +467,14 @@ def compile_time(rows: list[dict[str, Any]], inner: str, fresh_cache: bool = Fal
     if over:
         text += ". Over on " + ", ".join(over)
     text += ". Measured as the wall time of each row's first call (one step's run included)"
+    if retimed:
+        rounds = next(r["compile_recheck"]["rounds"] for r in rows if r.get("compile_recheck"))
+        text += (
+            "; the slowest remat row of each model and any over the limit were then re-timed against plain "
+            f"`{inner}` ({rounds} rounds in turn, each run a fresh process with an empty inductor cache and the "
+            "default thread counts, the first call's wall time, medians of the rounds; compile_time.recheck), and "
+            "where a row was re-timed that ratio is the one held"
+        )
     if (
         not warmed_up
         and rows

@@ -17,6 +17,10 @@ For remat rows, the CPU seconds spent planning (`remat.pipeline.plan_joint`: cap
 the solver, the simulation) are shown apart. The check (issue 12): remat's CPU seconds ≤ 1.5 × plain inductor's on
 every model, at every budget.
 
+run.py calls `recheck` after each model's rows: the slowest remat row of the report, and any whose single first step
+took over the limit, re-timed against plain inductor in fresh processes and rounds like these, with the report's
+thread counts and its wall-time figure (`--compile-rounds`).
+
 One cold compile varies by a fifth or more between runs here (gcc and the machine's other jobs), more than the
 margins compared. So each model's rows run `--repeat` times, in rounds (every row of the model once per round, in
 turn, so that a slower stretch of the machine falls on all of them alike); a row's figures are the medians of its
@@ -52,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "compile_time.json")
     parser.add_argument("--md", type=Path, default=HERE / "COMPILE_TIME.md")
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "ROW"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-own-random", action="store_true", help=argparse.SUPPRESS)  # inductor's own RNG
+    parser.add_argument("--child-threads", action="store_true", help=argparse.SUPPRESS)  # torch's own thread counts
     return parser.parse_args(argv)
 
 
@@ -62,7 +68,7 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def child(model: str, row: str) -> dict:
+def child(model: str, row: str, fallback_random: bool = True, one_thread: bool = True) -> dict:
     """One row, in this (fresh) process: the first step's wall and CPU seconds, and remat's planning CPU seconds."""
     sys.path[:0] = [str(HERE.parent), str(HERE)]
     import torch
@@ -71,7 +77,8 @@ def child(model: str, row: str) -> dict:
     from rows import _WithLoss
     from workloads import WORKLOADS
 
-    torch.set_num_threads(1)
+    if one_thread:
+        torch.set_num_threads(1)
     factory, batches = WORKLOADS[model]
     workload = factory(batches[0], seed=0)
 
@@ -91,34 +98,89 @@ def child(model: str, row: str) -> dict:
     torch.compile(lambda t: (t.sin() @ t).sum(), backend="inductor")(warm).backward()
     torch._dynamo.reset()
 
-    if row == "inductor":
-        backend, options = "inductor", None
-    else:
-        budget = None if row == "None" else float(row)
-        backend, options = "remat", {"memory_budget": budget, "inner": "inductor"}
+    backend, options = backend_of(row)
     compiled = torch.compile(_WithLoss(workload.model, workload.loss_fn), backend=backend, options=options)
-    with torch._inductor.config.patch(fallback_random=True):
+    with torch._inductor.config.patch(fallback_random=fallback_random):
         start, start_cpu = time.perf_counter(), _cpu_seconds()
         compiled(*workload.inputs).backward()
         wall, cpu = time.perf_counter() - start, _cpu_seconds() - start_cpu
     return {"model": model, "row": row, "wall_seconds": wall, "cpu_seconds": cpu, "plan_cpu_seconds": planning[0]}
 
 
-def run_row(model: str, row: str) -> dict:
+def backend_of(row: str) -> tuple[str, dict | None]:
+    """The backend and options of a row: "inductor" (plain), a memory_budget ("None" or a fraction), or a JSON
+    object of remat options (run.py's re-timing of a report row: a byte budget, contiguous=True, ...)."""
+    if row == "inductor":
+        return "inductor", None
+    if row.startswith("{"):
+        return "remat", {"inner": "inductor", **json.loads(row)}
+    return "remat", {"memory_budget": None if row == "None" else float(row), "inner": "inductor"}
+
+
+def run_row(model: str, row: str, fallback_random: bool = True, one_thread: bool = True) -> dict:
+    """One row in a fresh process with an empty inductor cache; `one_thread`: one torch thread and one compile
+    thread (else torch's and inductor's own choices, as run.py's rows compile)."""
     with tempfile.TemporaryDirectory(prefix="remat-compile-time-") as cache:
         env = dict(
             os.environ,
             TORCHINDUCTOR_CACHE_DIR=cache,
             TORCHINDUCTOR_FX_GRAPH_CACHE="0",
             TORCHINDUCTOR_AUTOGRAD_CACHE="0",
-            TORCHINDUCTOR_COMPILE_THREADS="1",
         )
+        if one_thread:
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+        flags = [*([] if fallback_random else ["--child-own-random"]), *([] if one_thread else ["--child-threads"])]
         done = subprocess.run(
-            [sys.executable, __file__, "--child", model, row], env=env, capture_output=True, text=True, check=False
+            [sys.executable, __file__, "--child", model, row, *flags],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
         )
     if done.returncode != 0:
         raise RuntimeError(f"{model} {row}: exit {done.returncode}\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def remat_key(row: dict) -> str:
+    """A report row (run.py) as this script's row: its remat options as a JSON object (budget in bytes once
+    resolved, or the fraction; contiguous, offload)."""
+    return json.dumps({"memory_budget": row.get("budget"), **row.get("options", {})}, sort_keys=True)
+
+
+def recheck(
+    model: str, rows: list[dict], limit: float, rounds: int, fallback_random: bool = True, run=None
+) -> dict[str, dict]:
+    """Re-time the first step of a model's remat report rows that look slow — the slowest one and any whose single
+    first step took over `limit` × the plain row's — against plain inductor: each run a fresh process with an empty
+    inductor cache, as above, but with torch's and inductor's own thread counts (as the report's rows compile), and
+    its wall seconds the figure (the report's column); `rounds` rounds of all of them in turn, the order reversed
+    every other round, so a slower stretch of the machine falls on all alike. Per re-timed row name: its and plain
+    inductor's median seconds, their ratio, every run. `run`: run_row, or a stand-in in tests."""
+    run = run or run_row
+    plain = next((r for r in rows if r.get("kind") == "compiled" and r.get("first_step_s")), None)
+    timed = [r for r in rows if r.get("kind") == "remat" and "error" not in r and r.get("first_step_s")]
+    if plain is None or not timed or rounds < 1:
+        return {}
+    slowest = max(timed, key=lambda r: r["first_step_s"])
+    picked = [r for r in timed if r is slowest or r["first_step_s"] > limit * plain["first_step_s"]]
+    keys = {"inductor": "inductor", **{r["row"]: remat_key(r) for r in picked}}
+    seconds: dict[str, list[float]] = {name: [] for name in keys}
+    for n in range(rounds):
+        for name in keys if n % 2 == 0 else reversed(keys):
+            seconds[name].append(run(model, keys[name], fallback_random, one_thread=False)["wall_seconds"])
+    base = statistics.median(seconds["inductor"])
+    return {
+        r["row"]: {
+            "seconds": statistics.median(seconds[r["row"]]),
+            "plain_seconds": base,
+            "ratio": statistics.median(seconds[r["row"]]) / base,
+            "rounds": rounds,
+            "seconds_all": seconds[r["row"]],
+            "plain_seconds_all": seconds["inductor"],
+        }
+        for r in picked
+    }
 
 
 def medians(runs: list[dict]) -> dict:
@@ -164,7 +226,9 @@ def verdicts(rows: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
-        print(json.dumps(child(*args.child)))
+        print(
+            json.dumps(child(*args.child, fallback_random=not args.child_own_random, one_thread=not args.child_threads))
+        )
         return 0
     if args.repeat < 1:
         raise SystemExit(f"--repeat must be at least 1, got {args.repeat}")

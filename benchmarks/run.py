@@ -36,6 +36,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # the checkout's remat, and the si
 
 import torch  # noqa: E402
 
+import checks  # noqa: E402
+import compile_time  # noqa: E402
 import pairs  # noqa: E402
 import report  # noqa: E402
 import rows  # noqa: E402
@@ -112,6 +114,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="after each model's rows, time each step-time check's two rows in alternation, this many steps "
         "each (pairs.py; the checks then read these ratios); 0 skips it (default: 25; 0 with --quick)",
     )
+    parser.add_argument(
+        "--compile-rounds",
+        type=int,
+        default=None,
+        help="after each model's rows, re-time the first step of its slowest remat row (and of any over the "
+        "compile-time limit) against plain inductor, each in a fresh process, this many rounds (compile_time.py; "
+        "the compile-time check then reads these); 0 skips it (default: 2 under inductor on CPU; else 0)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, inputs and the gradient check")
     parser.add_argument(
         "--threads",
@@ -156,6 +166,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.steps = 3 if args.quick else 10
     if args.paired_rounds is None:
         args.paired_rounds = 0 if args.quick else 25
+    if args.compile_rounds is None:
+        args.compile_rounds = 2 if args.inner == "inductor" and args.device == "cpu" and not args.quick else 0
+    if args.compile_rounds and (args.inner != "inductor" or args.device != "cpu"):
+        parser.error("--compile-rounds: the re-timing compiles with inductor on CPU; give 0 with other settings")
     if args.paired_rounds and args.paired_rounds < 3:
         parser.error(f"--paired-rounds {args.paired_rounds}: give at least 3 (quartiles need them), or 0 to skip")
     if args.device not in ("cpu", "cuda"):
@@ -223,7 +237,30 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]
             results.append(row)
         if args.paired_rounds and any(r.get("kind") == "remat" for r in results if r["model"] == workload.name):
             time_in_pairs(args, workload, peaks, [r for r in results if r["model"] == workload.name])
+        if args.compile_rounds:
+            retime_compiles(args, name, [r for r in results if r["model"] == workload.name])
     return report.with_ratios(results), shapes
+
+
+def retime_compiles(args: argparse.Namespace, model: str, measured: list[dict]) -> None:
+    """compile_time.recheck of the model's rows; each re-timed row gets ``compile_recheck``, or every remat row
+    ``compile_recheck_error``."""
+    print(f"   first steps re-timed in fresh processes, {args.compile_rounds} rounds ...", end=" ", flush=True)
+    try:
+        found = compile_time.recheck(
+            model, measured, checks.COMPILE_SLACK, args.compile_rounds, fallback_random=args.fallback_random
+        )
+    except Exception as exc:  # the single first steps stand without it
+        traceback.print_exc()
+        for r in measured:
+            if r.get("kind") == "remat":
+                r["compile_recheck_error"] = f"{type(exc).__name__}: {exc}"
+        print("error", flush=True)
+        return
+    for r in measured:
+        if r["row"] in found:
+            r["compile_recheck"] = found[r["row"]]
+    print(", ".join(f"{name} {f['ratio']:.2f}x" for name, f in found.items()), flush=True)
 
 
 PAIRED_FIELDS = (

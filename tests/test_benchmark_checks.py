@@ -247,6 +247,59 @@ def test_compile_time_says_when_the_plain_row_paid_the_compiler_start_up():
     assert "one-time compiler start-up" not in checks.compile_time(rows, "inductor", True, warmed_up=True).text
 
 
+def test_compile_time_holds_the_re_timed_ratio_where_the_run_took_one():
+    plain = row("inductor", "compiled", 100, first_step_s=10.0)
+    slow = remat_row("remat contiguous 0.5", 100, 100, first_step_s=17.0)
+    other = remat_row("remat None", 100, 100, first_step_s=11.0)
+    assert checks.compile_time([plain, slow, other], "inductor", True, True).ok is False
+    slow["compile_recheck"] = {"seconds": 13.0, "plain_seconds": 10.0, "ratio": 1.3, "rounds": 2}
+    found = checks.compile_time([plain, slow, other], "inductor", True, True)
+    assert found.ok is True, found.text
+    assert "m: `remat contiguous 0.5` 13.0 s vs 10.0 s re-timed (1.30×; its single first step 17.0 vs 10.0 s)" in (
+        found.text
+    )
+    assert "2 rounds in turn" in found.text
+    slow["compile_recheck"]["ratio"] = 1.6
+    assert checks.compile_time([plain, slow, other], "inductor", True, True).ok is False
+
+
+def test_compile_recheck_re_times_the_slowest_row_and_those_over_the_limit_in_turn():
+    import compile_time
+
+    rows = [
+        row("inductor", "compiled", 100, first_step_s=10.0),
+        remat_row("remat fraction 0.5", 100, 100, 50, fraction=0.5, first_step_s=16.0),
+        remat_row("remat bytes = per-block", 100, 100, 60, first_step_s=17.0, options={"contiguous": True}),
+        remat_row("remat None", 100, 100, first_step_s=12.0),
+        remat_row("remat fraction 0.0", 100, 100, 40, fraction=0.0, first_step_s=12.0, error="broken"),
+    ]
+    calls = []
+    seconds = {"inductor": [10.0, 12.0, 11.0]}
+
+    def run(model, key, fallback_random, one_thread):
+        assert fallback_random and not one_thread  # the report's rows' settings
+        calls.append(key)
+        if key == "inductor":
+            return {"wall_seconds": seconds["inductor"][len([c for c in calls if c == "inductor"]) - 1]}
+        return {"wall_seconds": 14.0 if "contiguous" in key else 15.0}
+
+    found = compile_time.recheck("m", rows, 1.5, 3, run=run)
+    per_block = compile_time.remat_key(rows[2])
+    fraction = compile_time.remat_key(rows[1])
+    assert per_block == '{"contiguous": true, "memory_budget": 62914560}' and fraction == '{"memory_budget": 0.5}'
+    # round by round, the order reversed every other round
+    assert calls == ["inductor", fraction, per_block, per_block, fraction, "inductor", "inductor", fraction, per_block]
+    assert sorted(found) == ["remat bytes = per-block", "remat fraction 0.5"]
+    assert found["remat bytes = per-block"]["ratio"] == pytest.approx(14.0 / 11.0)
+    assert found["remat fraction 0.5"]["plain_seconds_all"] == [10.0, 12.0, 11.0]
+    assert compile_time.backend_of(per_block) == (
+        "remat",
+        {"inner": "inductor", "contiguous": True, "memory_budget": 62914560},
+    )
+    assert compile_time.backend_of("None") == ("remat", {"memory_budget": None, "inner": "inductor"})
+    assert compile_time.recheck("m", rows[1:], 1.5, 3, run=run) == {}  # no plain row to hold them to
+
+
 class _Timed:
     """A row whose steps take the given milliseconds, in order; records when each step ran."""
 
