@@ -251,16 +251,21 @@ def retime_compiles(args: argparse.Namespace, model: str, measured: list[dict]) 
             model, measured, checks.COMPILE_SLACK, args.compile_rounds, fallback_random=args.fallback_random
         )
     except Exception as exc:  # the single first steps stand without it
-        traceback.print_exc()
-        for r in measured:
-            if r.get("kind") == "remat":
-                r["compile_recheck_error"] = f"{type(exc).__name__}: {exc}"
-        print("error", flush=True)
+        _failed(measured, "compile_recheck_error", exc)
         return
     for r in measured:
         if r["row"] in found:
             r["compile_recheck"] = found[r["row"]]
     print(", ".join(f"{name} {f['ratio']:.2f}x" for name, f in found.items()), flush=True)
+
+
+def _failed(measured: list[dict], field: str, exc: Exception) -> None:
+    """A pass over the model's rows after them failed: its traceback printed, the error in each remat row's `field`."""
+    traceback.print_exc()
+    for r in measured:
+        if r.get("kind") == "remat":
+            r[field] = f"{type(exc).__name__}: {exc}"
+    print("error", flush=True)
 
 
 PAIRED_FIELDS = (
@@ -293,11 +298,7 @@ def time_in_pairs(args: argparse.Namespace, workload: Any, peaks: dict[str, int]
             compile_loss=args.compile_loss,
         )
     except Exception as exc:  # the rows stand without it; the checks then compare the separate stretches
-        traceback.print_exc()
-        for r in measured:
-            if r.get("kind") == "remat":
-                r["paired_error"] = f"{type(exc).__name__}: {exc}"
-        print("error", flush=True)
+        _failed(measured, "paired_error", exc)
         return
     for p in found:
         row = by_name.get(p["row"])

@@ -359,3 +359,25 @@ def test_cuda_peak_check_measures_each_figure_of_one_row_on_cpu():
     assert row["replay_all_mib"] == row["profiler_replay_all_mib"]
     assert 0 < row["replay_mib"] < row["replay_all_mib"] <= row["replay_mib"] + row["grad_mib"]
     assert row["allocations"] >= row["frees"] > 0
+
+
+def test_runner_re_times_compiles_only_under_inductor_on_cpu(monkeypatch):
+    import compile_time
+    import run
+
+    args = run.parse_args([])
+    assert (args.compile_rounds, args.paired_rounds) == (2, 25)
+    assert run.parse_args(["--quick"]).compile_rounds == 0
+    assert run.parse_args(["--inner", "aot_eager"]).compile_rounds == 0
+    with pytest.raises(SystemExit):
+        run.parse_args(["--inner", "aot_eager", "--compile-rounds", "2"])
+
+    def fails(model, row, fallback_random=True, one_thread=True):
+        raise RuntimeError(f"{model} {row}: exit 1")
+
+    monkeypatch.setattr(compile_time, "run_row", fails)
+    measured = [row("inductor", "compiled", 100), remat_row("remat None", 100, 100)]
+    run.retime_compiles(run.parse_args(["--compile-rounds", "1"]), "m", measured)
+    # a failing re-timing leaves the rows as they were measured, each remat row saying why
+    assert "compile_recheck" not in measured[1] and "compile_recheck_error" not in measured[0]
+    assert measured[1]["compile_recheck_error"] == "RuntimeError: m inductor: exit 1"
