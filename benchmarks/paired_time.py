@@ -31,7 +31,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--models", default="gpt,mlp,gpt2,llama", help="comma-separated (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=25, help="timed steps of each row (default: %(default)s)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=25,
+        help="timed steps of each row, twice as many for remat None's pair (default: %(default)s)",
+    )
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each row, the first compiles")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "paired_time.json")
     parser.add_argument("--md", type=Path, default=HERE / "PAIRED_TIME.md")
@@ -105,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     meta.update(rounds=args.rounds, warmup=args.warmup)
     intro = (
         f"{outputs.setup('paired_time.py', meta)} {meta['torch_threads']} torch threads. Each pair's two rows were "
-        f"compiled in one process and then timed in alternation, {args.rounds} steps each after {args.warmup} "
-        "warm-up steps; the ratio is the median of the per-round ratios, each of two steps run back to back "
-        "(pairs.py says why and how); the medians' ratio is beside it. Each `remat None` pair comes with the plain "
+        f"compiled in one process and then timed in alternation, {args.rounds} steps each (`remat None`'s pair "
+        f"{pairs.NONE_ROUNDS * args.rounds}) after {args.warmup} warm-up steps; the ratio is the median of the "
+        "per-round ratios, each of two steps run back to back (pairs.py says why and how); the medians' ratio is "
+        "beside it. Each `remat None` pair comes with the plain "
         "row timed against a second build of itself: the same code, so its ratio is this run's timing noise."
     )
     payload = {"meta": meta, "results": results, "verdicts": lines}

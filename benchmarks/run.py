@@ -112,7 +112,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=None,
         help="after each model's rows, time each step-time check's two rows in alternation, this many steps "
-        "each (pairs.py; the checks then read these ratios); 0 skips it (default: 25; 0 with --quick)",
+        "each, twice as many for remat None's pair (pairs.py; the checks then read these ratios); 0 skips it "
+        "(default: 25; 0 with --quick)",
     )
     parser.add_argument(
         "--compile-rounds",
