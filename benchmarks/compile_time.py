@@ -169,12 +169,12 @@ def recheck(
     for n in range(rounds):
         for name in keys if n % 2 == 0 else reversed(keys):
             seconds[name].append(run(model, keys[name], fallback_random, one_thread=False)["wall_seconds"])
-    base = statistics.median(seconds["inductor"])
+    median = {name: statistics.median(runs) for name, runs in seconds.items()}
     return {
         r["row"]: {
-            "seconds": statistics.median(seconds[r["row"]]),
-            "plain_seconds": base,
-            "ratio": statistics.median(seconds[r["row"]]) / base,
+            "seconds": median[r["row"]],
+            "plain_seconds": median["inductor"],
+            "ratio": median[r["row"]] / median["inductor"],
             "rounds": rounds,
             "seconds_all": seconds[r["row"]],
             "plain_seconds_all": seconds["inductor"],

@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         f"compiled in one process and then timed in alternation, {args.rounds} steps each (`remat None`'s pair "
         f"{pairs.NONE_ROUNDS * args.rounds}) after {args.warmup} warm-up steps; the ratio is the median of the "
         "per-round ratios, each of two steps run back to back (pairs.py says why and how); the medians' ratio is "
-        "beside it. Each `remat None` pair comes with the plain "
-        "row timed against a second build of itself: the same code, so its ratio is this run's timing noise."
+        "beside it. Each `remat None` pair comes with the plain row timed against a second build of itself: the "
+        "same code, so its ratio is this run's timing noise."
     )
     payload = {"meta": meta, "results": results, "verdicts": lines}
     outputs.write(args.out, args.md, payload, "Step time, paired", intro, table(results), lines)

@@ -121,7 +121,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="after each model's rows, re-time the first step of its slowest remat row (and of any over the "
         "compile-time limit) against plain inductor, each in a fresh process, this many rounds (compile_time.py; "
-        "the compile-time check then reads these); 0 skips it (default: 2 under inductor on CPU; else 0)",
+        "the compile-time check then reads these); 0 skips it (default: 2 under inductor on CPU with the loss "
+        "compiled; else 0)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, inputs and the gradient check")
     parser.add_argument(
@@ -168,9 +169,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.paired_rounds is None:
         args.paired_rounds = 0 if args.quick else 25
     if args.compile_rounds is None:
-        args.compile_rounds = 2 if args.inner == "inductor" and args.device == "cpu" and not args.quick else 0
-    if args.compile_rounds and (args.inner != "inductor" or args.device != "cpu"):
-        parser.error("--compile-rounds: the re-timing compiles with inductor on CPU; give 0 with other settings")
+        args.compile_rounds = (
+            2 if args.inner == "inductor" and args.device == "cpu" and args.compile_loss and not args.quick else 0
+        )
+    if args.compile_rounds and (args.inner != "inductor" or args.device != "cpu" or not args.compile_loss):
+        parser.error(
+            "--compile-rounds: the re-timing compiles the model with its loss, with inductor on CPU; give 0 with "
+            "other settings"
+        )
     if args.paired_rounds and args.paired_rounds < 3:
         parser.error(f"--paired-rounds {args.paired_rounds}: give at least 3 (quartiles need them), or 0 to skip")
     if args.device not in ("cpu", "cuda"):
@@ -261,7 +267,7 @@ def retime_compiles(args: argparse.Namespace, model: str, measured: list[dict]) 
 
 
 def _failed(measured: list[dict], field: str, exc: Exception) -> None:
-    """A pass over the model's rows after them failed: its traceback printed, the error in each remat row's `field`."""
+    """A pass run after the model's rows failed: its traceback printed, the error in each remat row's `field`."""
     traceback.print_exc()
     for r in measured:
         if r.get("kind") == "remat":

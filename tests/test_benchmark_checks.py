@@ -369,6 +369,9 @@ def test_runner_re_times_compiles_only_under_inductor_on_cpu(monkeypatch):
     assert (args.compile_rounds, args.paired_rounds) == (2, 25)
     assert run.parse_args(["--quick"]).compile_rounds == 0
     assert run.parse_args(["--inner", "aot_eager"]).compile_rounds == 0
+    assert run.parse_args(["--loss-outside"]).compile_rounds == 0  # the re-timing compiles the loss with the model
+    with pytest.raises(SystemExit):
+        run.parse_args(["--loss-outside", "--compile-rounds", "2"])
     with pytest.raises(SystemExit):
         run.parse_args(["--inner", "aot_eager", "--compile-rounds", "2"])
 
