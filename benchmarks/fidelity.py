@@ -27,7 +27,7 @@ import torch  # noqa: E402
 import outputs  # noqa: E402
 import remat  # noqa: E402
 import rows  # noqa: E402
-from checks import BUDGET_SLACK, SIM_TOLERANCE  # noqa: E402
+from findings import BUDGET_SLACK, SIM_TOLERANCE  # noqa: E402
 from remat.units import MIB  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 

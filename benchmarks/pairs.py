@@ -13,7 +13,7 @@ The `remat None` pair comes with a control: the plain row timed against a second
 it and its control run NONE_ROUNDS times the rounds: at 25 rounds the median per-round ratio of two builds of the
 same code was seen spread by about ±2% (quartiles of single rounds ±5%).
 
-The pairs are the step-time checks of the report (checks.py), built as run.py builds those rows (rows.build):
+The pairs are the step-time checks of the report (time_checks.py), built as run.py builds those rows (rows.build):
 - `remat None` against the plain compiled row: at most NONE_TIME_SLACK ×;
 - `remat bytes = <recipe>` against the hand recipe's eager row, the budget being that recipe's measured peak: at
   most 1.0 ×.
@@ -30,7 +30,8 @@ from collections.abc import Callable
 
 import rows
 import torch
-from checks import NONE_TIME_SLACK, RECIPE_ROWS
+from findings import RECIPE_ROWS
+from time_checks import NONE_TIME_SLACK
 from workloads import Workload
 
 import remat

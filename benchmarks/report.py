@@ -29,19 +29,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # the checkout's remat, and the si
 
 import checks  # noqa: E402
 import figure  # noqa: E402
-from remat.units import MIB as MiB  # noqa: E402
-
-COLUMNS = (
-    "model",
-    "row",
-    "budget MiB",
-    "saved MiB",
-    "sim peak MiB",
-    "measured peak MiB",
-    "step ms",
-    "step time vs eager",
-    "max grad diff",
-)
+import tables  # noqa: E402
 
 LEGEND = """\
 - **budget**: torch rows: the `activation_memory_budget` fraction they were given; remat fraction rows: the fraction
@@ -149,7 +137,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         *[f"- {name}: {shape}" for name, shape in meta["workloads"].items()],
         "",
-        *_table(COLUMNS, [_cells(r) for r in rows]),
+        *tables.table(tables.COLUMNS, [tables.cells(r) for r in rows]),
         "",
         LEGEND,
         "",
@@ -157,112 +145,18 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _table(columns: tuple[str, ...], cells: list[list[str]]) -> list[str]:
-    left = ("model", "row")
-    return [
-        "| " + " | ".join(columns) + " |",
-        "|" + "|".join("---" if c in left else "---:" for c in columns) + "|",
-        *("| " + " | ".join(row) + " |" for row in cells),
-    ]
-
-
-def _cells(r: dict[str, Any]) -> list[str]:
-    if "error" in r:
-        return [r["model"], r["row"], _budget(r), f"error: {r['error'][:120]}", "", "", "", "", ""]
-    saved = _mib(r.get("saved_bytes"))
-    if r.get("plan_saved_bytes") is not None:
-        saved += f" (plan {_mib(r['plan_saved_bytes'])})"
-    return [
-        r["model"],
-        r["row"],
-        _budget(r),
-        saved,
-        _mib(r.get("plan_peak_bytes")),
-        _mib(r.get("measured_peak_bytes")),
-        f"{r['step_ms']:.1f}",
-        _ratio(r.get("step_vs_eager")),
-        _grad(r["max_grad_diff"], r["max_grad_rel_err"]),
-    ]
-
-
-HEADLINE_COLUMNS = ("model", "row", "budget", "measured peak MiB", "step time vs eager", "max grad diff")
-
-
-def _in_headline(r: dict[str, Any]) -> bool:
-    """eager, the plain compiled row, torch's budget rows and remat's rows with a budget (fraction or bytes)."""
-    return r["kind"] in ("eager", "compiled", "torch") or (r["kind"] == "remat" and r.get("budget") is not None)
-
-
-def headline_table(rows: list[dict[str, Any]]) -> list[str]:
-    cells = []
-    for r in rows:
-        if not _in_headline(r):
-            continue
-        if "error" in r:
-            cells.append([r["model"], r["row"], _budget(r), f"error: {r['error'][:80]}", "", ""])
-            continue
-        cells.append(
-            [
-                r["model"],
-                r["row"],
-                _budget(r),
-                _mib(r["measured_peak_bytes"]),
-                _ratio(r.get("step_vs_eager")),
-                _grad(r["max_grad_diff"], r["max_grad_rel_err"]),
-            ]
-        )
-    return _table(HEADLINE_COLUMNS, cells)
-
-
 def headline(rows: list[dict[str, Any]], meta: dict[str, Any], report_link: str = "benchmarks/REPORT.md") -> str:
     """The snippet README.md shows: the headline table and one line saying where and how it was measured;
     ``report_link``: the full report's path from the repository root."""
     return "\n".join(
         [
-            *headline_table(rows),
+            *tables.headline_table(rows),
             "",
             f"Measured with `{_command(meta)}`: {_setup(meta)} "
             f"Full tables, checks and the Pareto figure: [{report_link}]({report_link}).",
             "",
         ]
     )
-
-
-FULL_COLUMNS = (
-    "row",
-    "budget",
-    "saved MiB",
-    "sim peak MiB",
-    "measured peak MiB",
-    "peak / budget",
-    "step ms",
-    "vs eager",
-    "vs compiled",
-    "compile s",
-    "max grad diff",
-)
-
-
-def _full_cells(r: dict[str, Any]) -> list[str]:
-    if "error" in r:
-        return [r["row"], _budget(r), f"error: {r['error'][:160]}", *[""] * (len(FULL_COLUMNS) - 3)]
-    saved = _mib(r.get("saved_bytes"))
-    if r.get("plan_saved_bytes") is not None:
-        saved += f" (plan {_mib(r['plan_saved_bytes'])})"
-    budget = checks.budget_bytes(r)
-    return [
-        r["row"],
-        _budget(r),
-        saved,
-        _mib(r.get("plan_peak_bytes")),
-        _mib(r["measured_peak_bytes"]),
-        f"{r['measured_peak_bytes'] / budget:.3f}" if budget else "-",
-        f"{r['step_ms']:.1f}",
-        _ratio(r.get("step_vs_eager")),
-        _ratio(r.get("step_vs_compiled")),
-        f"{r.get('first_step_s', 0):.1f}",
-        _grad(r["max_grad_diff"], r["max_grad_rel_err"]),
-    ]
 
 
 def full_report(rows: list[dict[str, Any]], meta: dict[str, Any], json_path: Path, png: Path | None) -> str:
@@ -288,7 +182,7 @@ def full_report(rows: list[dict[str, Any]], meta: dict[str, Any], json_path: Pat
         "",
         "## Headline",
         "",
-        *headline_table(rows),
+        *tables.headline_table(rows),
         "",
         "## What this shows",
         "",
@@ -306,7 +200,7 @@ def full_report(rows: list[dict[str, Any]], meta: dict[str, Any], json_path: Pat
             "are the black squares; the other rows are the markers named in each legend.",
             "",
         ]
-    lines += solver_section(meta.get("solvers") or {})
+    lines += tables.solver_section(meta.get("solvers") or {})
     lines += ["## Full tables", ""]
     for model, shape in meta["workloads"].items():
         lines += [
@@ -314,87 +208,15 @@ def full_report(rows: list[dict[str, Any]], meta: dict[str, Any], json_path: Pat
             "",
             shape,
             "",
-            *_table(FULL_COLUMNS, [_full_cells(r) for r in rows if r["model"] == model]),
+            *tables.table(tables.FULL_COLUMNS, [tables.full_cells(r) for r in rows if r["model"] == model]),
             "",
         ]
     lines += [LEGEND, ""]
     return "\n".join(lines)
 
 
-def solver_section(solvers: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """Solver comparison: each model planned by every solver under the same byte budget (`remat.compare_solvers`)."""
-    if not solvers:
-        return []
-    lines = [
-        "## Solvers",
-        "",
-        "Planning only (no training step): each solver plans the model's joint graph under the same byte budget "
-        "(the fraction resolved against the least peak solver `auto` reaches). Gap: recompute cost above the "
-        "optimal solver's, as a fraction of it.",
-        "",
-    ]
-    cells = []
-    for model, records in solvers.items():
-        for r in records:
-            if "error" in r:
-                cells.append([model, str(r["fraction"]), "-", "error", r["error"], "", "", ""])
-                continue
-            gap = "misses the budget" if not r["feasible"] else "-" if r["gap"] is None else f"{r['gap']:+.1%}"
-            cells.append(
-                [
-                    model,
-                    str(r["fraction"]),
-                    _mib(r["budget_bytes"]),
-                    r["solver"],
-                    _mib(r["peak_bytes"]),
-                    f"{r['recompute_flops'] / 1e6:.0f}",
-                    f"{r['seconds']:.2f}",
-                    gap,
-                ]
-            )
-    lines += _table(
-        (
-            "model",
-            "fraction",
-            "budget MiB",
-            "solver",
-            "sim peak MiB",
-            "recompute MFLOP",
-            "planning s",
-            "gap to optimal",
-        ),
-        cells,
-    )
-    return lines + [""]
-
-
 def _command(meta: dict[str, Any]) -> str:
     return meta.get("command") or "python benchmarks/run.py"
-
-
-def _budget(r: dict[str, Any]) -> str:
-    budget, kind = r.get("budget"), r.get("budget_kind")
-    if budget is None:
-        return "-"
-    if kind == "bytes":
-        return f"{_mib(budget)} MiB"
-    if kind == "fraction" and r.get("plan_budget_bytes") is not None:
-        return f"{budget} → {_mib(r['plan_budget_bytes'])} MiB"
-    return str(budget)
-
-
-def _mib(nbytes: int | None) -> str:
-    return "-" if nbytes is None else f"{nbytes / MiB:.1f}"
-
-
-def _ratio(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio:.2f}x"
-
-
-def _grad(abs_diff: float, rel_err: float) -> str:
-    if abs_diff == 0.0:
-        return "0"
-    return f"{abs_diff:.1e} (rel {rel_err:.2f})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch._inductor.utils
-from checks import RECIPE_ROWS
+from findings import RECIPE_ROWS
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from workloads import Workload
@@ -28,7 +28,7 @@ from remat.units import MIB as MiB  # noqa: F401  (run.py reads rows.MiB)
 
 TORCH_BUDGETS = (0.5, 0.2, 0.0)
 REMAT_FRACTIONS = (1.0, 0.5, 0.2, 0.0)
-# RECIPE_ROWS (checks.py): the hand-written recipes users apply today, as eager rows: (row name, recipe).
+# RECIPE_ROWS (findings.py): the hand-written recipes users apply today, as eager rows: (row name, recipe).
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,12 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # the checkout's remat, and the si
 
 import torch  # noqa: E402
 
-import checks  # noqa: E402
 import compile_time  # noqa: E402
 import pairs  # noqa: E402
 import report  # noqa: E402
 import rows  # noqa: E402
+import solver_gaps  # noqa: E402
+import time_checks  # noqa: E402
 from workloads import WORKLOADS, on_device  # noqa: E402
 
 ALL_ROWS = "eager,inductor,torch,remat"
@@ -255,7 +256,7 @@ def retime_compiles(args: argparse.Namespace, model: str, measured: list[dict]) 
     print(f"   first steps re-timed in fresh processes, {args.compile_rounds} rounds ...", end=" ", flush=True)
     try:
         found = compile_time.recheck(
-            model, measured, checks.COMPILE_SLACK, args.compile_rounds, fallback_random=args.fallback_random
+            model, measured, time_checks.COMPILE_SLACK, args.compile_rounds, fallback_random=args.fallback_random
         )
     except Exception as exc:  # the single first steps stand without it
         _failed(measured, "compile_recheck_error", exc)
@@ -314,45 +315,6 @@ def time_in_pairs(args: argparse.Namespace, workload: Any, peaks: dict[str, int]
     print(", ".join(f"{p['row']} {p['ratio']:.3f}x" for p in found), flush=True)
 
 
-SOLVER_FRACTIONS = (0.5, 0.0)
-
-
-def solver_gaps(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
-    """Each model planned by mincut, greedy and optimal under the same byte budgets (planning only, no training)."""
-    import remat
-
-    out: dict[str, list[dict[str, Any]]] = {}
-    for name in args.models:
-        factory, batches = WORKLOADS[name]
-        workload = on_device(factory(batches[1 if args.quick else 0], seed=args.seed), args.device)
-        records = []
-        for fraction in SOLVER_FRACTIONS:
-            try:
-                # the graph the rows compile: the same inner compiler, and its random ops as the rows draw them
-                with rows.row_context(
-                    rows.RowSpec("solvers", "remat", "remat"), args.inner, args.fallback_random, args.fresh_cache
-                ):
-                    comparison = remat.compare_solvers(
-                        lambda *a: workload.loss_fn(workload.model, *a),
-                        *workload.inputs,
-                        memory_budget=fraction,
-                        inner=args.inner,
-                        solver_time_limit=20.0,
-                    )
-            except Exception as exc:  # a failing comparison is reported, not fatal
-                records.append({"fraction": fraction, "error": f"{type(exc).__name__}: {exc}"})
-                continue
-            for rec in comparison.to_records():
-                records.append({"fraction": fraction, "budget_bytes": comparison.budget_bytes, **rec})
-        out[name] = records
-        print(
-            f"== solvers {name}: "
-            + ", ".join(f"{r['solver']}@{r['fraction']} gap {r.get('gap')}" for r in records if "solver" in r),
-            flush=True,
-        )
-    return out
-
-
 def metadata(args: argparse.Namespace, shapes: dict[str, str], argv: list[str]) -> dict[str, Any]:
     """Where and how the numbers were taken."""
     return {
@@ -407,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     results, shapes = run(args)
     meta = metadata(args, shapes, argv)
-    meta["solvers"] = solver_gaps(args) if args.solvers else {}
+    meta["solvers"] = solver_gaps.compare(args) if args.solvers else {}
     report_path = args.report or report.default_report_path(args.out)
     md_path = report.write(args.out, results, meta, report_path)
     print()

@@ -1,5 +1,6 @@
-"""The benchmark report's computed findings (benchmarks/checks.py) on small synthetic rows: each verdict passes and
-fails where it should and names the offending rows; the output paths of each inner compiler's run (report.py)."""
+"""The benchmark report's computed findings (benchmarks/checks.py, time_checks.py) on small synthetic rows: each
+verdict passes and fails where it should and names the offending rows; the output paths of each inner compiler's run
+(report.py)."""
 
 import sys
 from pathlib import Path
@@ -10,7 +11,9 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import checks  # noqa: E402 (benchmarks/ is not a package: imported from its folder)
+import findings  # noqa: E402
 import report  # noqa: E402
+import time_checks  # noqa: E402
 
 MIB = 2**20
 
@@ -85,13 +88,13 @@ def test_none_vs_plain_peak_allows_two_percent():
 
 def test_none_vs_plain_time_allows_three_percent_and_reports_the_rows_spread():
     plain = row("aot_eager", "compiled", 100, step_ms=100.0, spread=0.02)
-    assert checks.none_vs_plain_time([plain, remat_row("remat None", 100, 100, step_ms=103.0)], "aot_eager").ok
-    found = checks.none_vs_plain_time(
+    assert time_checks.none_vs_plain_time([plain, remat_row("remat None", 100, 100, step_ms=103.0)], "aot_eager").ok
+    found = time_checks.none_vs_plain_time(
         [plain, remat_row("remat None", 100, 100, step_ms=104.0, spread=0.10)], "aot_eager"
     )
     assert found.ok is False
     assert "Slower on 1 of 1 models: m 1.04×" in found.text and "up to 10%" in found.text and "within" in found.text
-    found = checks.none_vs_plain_time([plain, remat_row("remat None", 100, 100, step_ms=120.0)], "aot_eager")
+    found = time_checks.none_vs_plain_time([plain, remat_row("remat None", 100, 100, step_ms=120.0)], "aot_eager")
     assert found.ok is False and "beyond" in found.text
 
 
@@ -111,14 +114,14 @@ def test_step_time_checks_read_the_paired_timing_when_the_run_took_one():
     plain = row("inductor", "compiled", 100, step_ms=100.0)
     # separate stretches say 1.20x; timed in alternation the two are within 3%
     none = remat_row("remat None", 100, 100, step_ms=120.0, paired=paired("inductor", 1.01))
-    found = checks.none_vs_plain_time([plain, none], "inductor")
+    found = time_checks.none_vs_plain_time([plain, none], "inductor")
     assert found.ok is True and "101.0 vs 100.0 ms, timed in alternation over 15 rounds (1.01×)" in found.text
     none["paired"] = paired("inductor", 1.05)
-    found = checks.none_vs_plain_time([plain, none], "inductor")
+    found = time_checks.none_vs_plain_time([plain, none], "inductor")
     assert found.ok is False and "m 1.05× (per-round ratios' quartiles 1.03-1.07)" in found.text
     # a pairing against another row is not this comparison's: the stretches decide
     none["paired"] = paired("aot_eager", 1.0)
-    assert checks.none_vs_plain_time([plain, none], "inductor").ok is False
+    assert time_checks.none_vs_plain_time([plain, none], "inductor").ok is False
     # a run that kept the medians' ratio beside the median per-round ratio, and the plain row's control: the
     # per-round ratio is the one held to the limit
     none["paired"] = dict(
@@ -126,20 +129,20 @@ def test_step_time_checks_read_the_paired_timing_when_the_run_took_one():
         ratio_of_medians=1.07,
         plain_vs_itself={"ratio": 0.99, "round_ratio_quartiles": (0.95, 1.04)},
     )
-    found = checks.none_vs_plain_time([plain, none], "inductor")
+    found = time_checks.none_vs_plain_time([plain, none], "inductor")
     expected = (
         "m: 101.0 vs 100.0 ms (medians; their ratio 1.07×), timed in alternation over 25 rounds; `inductor` "
         "against a second build of itself 0.99× (quartiles 0.95-1.04); median per-round ratio (1.01×)"
     )
     assert found.ok is True and expected in found.text, found.text
     none["paired"]["ratio"] = 1.04
-    assert checks.none_vs_plain_time([plain, none], "inductor").ok is False
+    assert time_checks.none_vs_plain_time([plain, none], "inductor").ok is False
 
     rows = recipe_rows(**{"per-block": {"step_ms": 250.0, "paired": paired("eager+checkpoint", 0.9)}})
-    found = checks.recipe_step_time(rows)
+    found = time_checks.recipe_step_time(rows)
     assert found.ok is True and "m @ per-block: 0.90× in alternation" in found.text
     rows = recipe_rows(**{"op-SAC": {"paired": paired("op-SAC", 1.02)}})
-    found = checks.recipe_step_time(rows)
+    found = time_checks.recipe_step_time(rows)
     assert found.ok is False and "Slower on 1 of 3: m `remat bytes = op-SAC` 1.02× (per-round" in found.text
 
 
@@ -159,7 +162,7 @@ def test_least_vs_per_block_on_every_model():
 def recipe_rows(**remat_fields):
     """The three hand recipes and remat at each one's measured peak, remat meeting every budget."""
     out = []
-    for (name, recipe), peak in zip(checks.RECIPE_ROWS, (60, 90, 120), strict=True):
+    for (name, recipe), peak in zip(findings.RECIPE_ROWS, (60, 90, 120), strict=True):
         out.append(row(name, "checkpoint", peak, step_ms=200.0))
         fields = {"step_ms": 150.0, **remat_fields.get(recipe, {})}
         out.append(remat_row(f"remat bytes = {recipe}", fields.pop("peak", peak - 5), peak - 5, peak, **fields))
@@ -181,8 +184,8 @@ def test_at_recipe_peaks_fails_over_the_budget_or_on_an_infeasible_plan():
 
 
 def test_recipe_step_time_fails_when_remat_is_slower_than_the_recipe():
-    assert checks.recipe_step_time(recipe_rows()).ok is True
-    found = checks.recipe_step_time(recipe_rows(**{"per-2-blocks": {"step_ms": 210.0}}))
+    assert time_checks.recipe_step_time(recipe_rows()).ok is True
+    found = time_checks.recipe_step_time(recipe_rows(**{"per-2-blocks": {"step_ms": 210.0}}))
     assert found.ok is False and "Slower on 1 of 3: m `remat bytes = per-2-blocks` 1.05×" in found.text
 
 
@@ -193,21 +196,21 @@ def test_compile_time_names_the_slowest_remat_row_per_model():
         remat_row("remat None", 100, 100, first_step_s=12.0),
         remat_row("remat fraction 0.5", 80, 80, 90, fraction=0.5, first_step_s=15.0),
     ]
-    found = checks.compile_time(rows, "inductor", fresh_cache=True)
+    found = time_checks.compile_time(rows, "inductor", fresh_cache=True)
     assert found.ok is True and "`remat fraction 0.5` 15.0 s vs 10.0 s (1.50×)" in found.text
     assert "empty inductor cache" in found.text
 
     rows[2] = remat_row("remat fraction 0.5", 80, 80, 90, fraction=0.5, first_step_s=16.0)
-    found = checks.compile_time(rows, "inductor", fresh_cache=True)
+    found = time_checks.compile_time(rows, "inductor", fresh_cache=True)
     assert found.ok is False and "Over on m (1 of 2 remat rows)" in found.text
 
 
 def test_compile_time_says_when_the_rows_shared_the_kernel_caches():
     rows = [row("inductor", "compiled", 100, first_step_s=10.0), remat_row("remat None", 100, 100, first_step_s=4.0)]
-    found = checks.compile_time(rows, "inductor", fresh_cache=False)
+    found = time_checks.compile_time(rows, "inductor", fresh_cache=False)
     assert found.ok is True
     assert "shared inductor's kernel caches" in found.text and "m 4.0 s vs 10.0 s" in found.text
-    assert "shared inductor's kernel caches" not in checks.compile_time(rows, "inductor", fresh_cache=True).text
+    assert "shared inductor's kernel caches" not in time_checks.compile_time(rows, "inductor", fresh_cache=True).text
 
 
 def test_every_finding_is_computed_from_an_empty_or_partial_run():
@@ -243,24 +246,24 @@ def test_scratch_runs_name_their_outputs_by_stem(tmp_path):
 
 def test_compile_time_says_when_the_plain_row_paid_the_compiler_start_up():
     rows = [row("inductor", "compiled", 100, first_step_s=10.0), remat_row("remat None", 100, 100, first_step_s=12.0)]
-    assert "one-time compiler start-up" in checks.compile_time(rows, "inductor", True, warmed_up=False).text
-    assert "one-time compiler start-up" not in checks.compile_time(rows, "inductor", True, warmed_up=True).text
+    assert "one-time compiler start-up" in time_checks.compile_time(rows, "inductor", True, warmed_up=False).text
+    assert "one-time compiler start-up" not in time_checks.compile_time(rows, "inductor", True, warmed_up=True).text
 
 
 def test_compile_time_holds_the_re_timed_ratio_where_the_run_took_one():
     plain = row("inductor", "compiled", 100, first_step_s=10.0)
     slow = remat_row("remat contiguous 0.5", 100, 100, first_step_s=17.0)
     other = remat_row("remat None", 100, 100, first_step_s=11.0)
-    assert checks.compile_time([plain, slow, other], "inductor", True, True).ok is False
+    assert time_checks.compile_time([plain, slow, other], "inductor", True, True).ok is False
     slow["compile_recheck"] = {"seconds": 13.0, "plain_seconds": 10.0, "ratio": 1.3, "rounds": 2}
-    found = checks.compile_time([plain, slow, other], "inductor", True, True)
+    found = time_checks.compile_time([plain, slow, other], "inductor", True, True)
     assert found.ok is True, found.text
     assert "m: `remat contiguous 0.5` 13.0 s vs 10.0 s re-timed (1.30×; its single first step 17.0 vs 10.0 s)" in (
         found.text
     )
     assert "2 rounds in turn" in found.text
     slow["compile_recheck"]["ratio"] = 1.6
-    assert checks.compile_time([plain, slow, other], "inductor", True, True).ok is False
+    assert time_checks.compile_time([plain, slow, other], "inductor", True, True).ok is False
 
 
 def test_compile_recheck_re_times_the_slowest_row_and_those_over_the_limit_in_turn():
