@@ -1,3 +1,4 @@
+import gc
 import os
 import sys
 import warnings
@@ -157,6 +158,14 @@ def pytest_collection_modifyitems(config, items):
         unknown = set(cases) - seen.get(test, set(cases))
         if unknown:
             raise pytest.UsageError(f"tests/conftest.py SLOW_CASES: {test} has no case {sorted(unknown)}")
+
+
+def pytest_collection_finish(session):
+    """What collection imported (torch, transformers, every test module: some 400,000 objects) is never garbage:
+    move it out of the garbage collector's sight, so the full collections the fixtures run before a test (a
+    region or arena a traceback kept alive must not count in the next test) scan only what the tests made."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)
