@@ -136,8 +136,10 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark slow: every inductor test (inductor's first compile costs ~20 s here) and the files and tests above. Order
-    the files by SLOW_SECONDS, heaviest first (a stable sort: each file's tests keep their order)."""
+    """Mark slow: every inductor test (inductor's first compile costs ~20 s here) and the files, tests and cases
+    above. Order the files by SLOW_SECONDS, heaviest first (a stable sort: each file's tests keep their order). A
+    SLOW_CASES id that its test does not have fails the run, where the run collected whole tests (not single cases
+    named by node id, nor only the last failures)."""
     for item in items:
         file = item.path.name
         test = f"{file}::{item.originalname}"
@@ -150,6 +152,8 @@ def pytest_collection_modifyitems(config, items):
         ):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: -SLOW_SECONDS.get(item.path.name, 0))
+    if any("[" in str(arg) for arg in config.args) or config.getoption("lf", False):
+        return
     seen: dict[str, set[str]] = {}
     for item in items:
         if hasattr(item, "callspec"):
