@@ -140,10 +140,13 @@ def pytest_collection_modifyitems(config, items):
     above. Order the files by SLOW_SECONDS, heaviest first (a stable sort: each file's tests keep their order). A
     SLOW_CASES id that its test does not have fails the run, where the run collected whole tests (not single cases
     named by node id, nor only the last failures)."""
+    seen: dict[str, set[str]] = {}  # per parametrized test, the case ids collected
     for item in items:
         file = item.path.name
         test = f"{file}::{item.originalname}"
         case = item.callspec.id if hasattr(item, "callspec") else None
+        if case is not None:
+            seen.setdefault(test, set()).add(case)
         if (
             item.get_closest_marker("inductor")
             or file in SLOW_FILES
@@ -154,10 +157,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -SLOW_SECONDS.get(item.path.name, 0))
     if any("[" in str(arg) for arg in config.args) or config.getoption("lf", False):
         return
-    seen: dict[str, set[str]] = {}
-    for item in items:
-        if hasattr(item, "callspec"):
-            seen.setdefault(f"{item.path.name}::{item.originalname}", set()).add(item.callspec.id)
     for test, cases in SLOW_CASES.items():
         unknown = set(cases) - seen.get(test, set(cases))
         if unknown:
