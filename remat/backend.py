@@ -107,8 +107,9 @@ class Partitioner:
             profile_id=profile.id if profile is not None else -1,
             sync=config.synchronize,
         )
-        if planned.inner_modules is not None and planned.is_baseline and runtime.plain and not planned.resolved.moves:
-            fw, bw = planned.inner_modules  # the inner compiler's own partition, exactly as plain torch.compile runs it
+        inner = planned.is_baseline and runtime.plain and not planned.resolved.moves and planned.inner_modules
+        if inner:
+            fw, bw = inner  # the inner compiler's own partition, exactly as plain torch.compile runs it
         else:
             fw, bw = split(
                 joint, planned.problem, planned.resolved, num_fwd_outputs, static_lifetime_input_indices, runtime

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import threading
 from typing import Any, Callable, Iterator
@@ -24,14 +25,22 @@ from .plan.solve import make_plan
 from .regions import checkpoint_regions, region_count
 
 
+Modules = tuple[fx.GraphModule, fx.GraphModule]
+
+
 @dataclasses.dataclass(frozen=True)
 class Planned:
     plan: Plan
     problem: Problem
     resolved: Resolved
-    # The forward and backward modules the inner compiler's own partitioner built (inductor, aot_eager: min-cut), to
-    # run as they are when the plan is that partition's; None otherwise.
-    inner_modules: tuple[fx.GraphModule, fx.GraphModule] | None = None
+    # What builds the forward and backward modules of the inner compiler's own partitioner (inductor, aot_eager:
+    # min-cut), run as they are when the plan is that partition's; None where there is no such partitioner.
+    inner_build: Callable[[], Modules] | None = None
+
+    @functools.cached_property
+    def inner_modules(self) -> Modules | None:
+        """The inner compiler's own (forward, backward) modules, built on the first read (baseline_of)."""
+        return self.inner_build() if self.inner_build is not None else None
 
     @property
     def is_baseline(self) -> bool:
@@ -122,9 +131,9 @@ def _plan_joint(
     config: RematConfig,
     hooked: frozenset[str],
     frugal: bool,
-    baseline: tuple[BaselineSpec, tuple[fx.GraphModule, fx.GraphModule] | None],
+    baseline: tuple[BaselineSpec, Callable[[], Modules] | None],
 ) -> Planned:
-    spec, modules = baseline
+    spec, inner_build = baseline
     graph = capture(joint, num_fwd_outputs, traced_backward=not min_cut_view(config))
     table = costs(joint, graph)
     # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.
@@ -168,7 +177,7 @@ def _plan_joint(
     assert resolved is not None  # make_plan's plans carry them
     if config.debug:
         check_plan(plan)
-    return Planned(plan, problem, resolved, modules)
+    return Planned(plan, problem, resolved, inner_build)
 
 
 def on_own_thread(fn: Callable[..., Any], *args: Any) -> Any:
@@ -207,10 +216,14 @@ def min_cut_view(config: RematConfig) -> bool:
 
 
 def baseline_of(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig, static_lifetime_input_indices=None):
-    """The inner compiler's own partition of `joint`: (BaselineSpec, its modules or None). Under inductor and
-    aot_eager that is torch's min-cut partitioner, run as plain `torch.compile` with that backend runs it (the user's
-    functorch config applies); under eager (no partitioner: autograd saves what the backward reads) the default
-    partition."""
+    """The inner compiler's own partition of `joint`: (BaselineSpec, what builds its modules, or None). Under inductor
+    and aot_eager that is torch's min-cut partitioner, run as plain `torch.compile` with that backend runs it (the
+    user's functorch config applies); under eager (no partitioner: autograd saves what the backward reads) the
+    default partition.
+
+    Without a budget that partition is the plan, and its modules are built here. With one, planning needs only the
+    set it saves (torch's partitioner stopped before it builds modules: on large graphs half its time); the modules
+    are built from the joint graph if the plan turns out to be that partition."""
     if min_cut_view(config):
         _torch.min_cut_cse(joint)
     if not min_cut_view(config) or config.save_ops:
@@ -218,5 +231,14 @@ def baseline_of(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig
         # default partition under the user's rules.
         regions = region_count(joint)
         return BaselineSpec("default partition + checkpoint regions" if regions else "default partition"), None
-    fw, bw, saved = _torch.min_cut_partition(joint, num_fwd_outputs, static_lifetime_input_indices, merged=True)
-    return BaselineSpec(f"{config.inner} min-cut partition", saved=frozenset(saved)), (fw, bw)
+    kind = f"{config.inner} min-cut partition"
+    if config.memory_budget is None:
+        fw, bw, saved = _torch.min_cut_partition(joint, num_fwd_outputs, static_lifetime_input_indices, merged=True)
+        return BaselineSpec(kind, saved=frozenset(saved)), lambda: (fw, bw)
+    saved = _torch.min_cut_saved(joint, num_fwd_outputs, static_lifetime_input_indices, merged=True)
+
+    def build() -> Modules:
+        fw, bw, _ = _torch.min_cut_partition(joint, num_fwd_outputs, static_lifetime_input_indices, merged=True)
+        return fw, bw
+
+    return BaselineSpec(kind, saved=frozenset(saved)), build

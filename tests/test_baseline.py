@@ -68,7 +68,13 @@ def test_none_saves_exactly_what_min_cut_saves(build, inner):
     assert planned.resolved.saved | planned.resolved.inputs == set(saved)
     assert planned.is_baseline and planned.inner_modules is not None
     # fraction 1.0 resolves to that partition's simulated peak
-    one = plan_joint(captured.joint, captured.num_fwd_outputs, RematConfig(inner=inner, memory_budget=1.0))
+    one = plan_joint(
+        captured.joint,
+        captured.num_fwd_outputs,
+        RematConfig(inner=inner, memory_budget=1.0),
+        captured.hooked,
+        captured.static_lifetime_input_indices,
+    )
     assert one.plan.budget_bytes == planned.plan.baseline.peak_bytes == planned.plan.peak_bytes
 
 
@@ -144,3 +150,67 @@ def test_without_lazy_modules_the_partition_builds_plain_modules(monkeypatch):
     with _torch.lazy_graph_modules() as make_module:
         gm = make_module(torch.nn.Module(), graph)
     assert not isinstance(gm, lazy._LazyGraphModule) and "def forward" in gm.code
+
+
+@pytest.mark.parametrize("inner", INNERS)
+@pytest.mark.parametrize("build", [_gpt, _gpt2], ids=["gpt", "hf-gpt2"])
+def test_min_cut_saved_is_the_partitions_saved_set(build, inner):
+    """The saved set read off torch's partitioner before it builds modules is the one its modules save; the
+    builder it stopped is torch's own again afterwards."""
+    from torch._functorch import partitioners
+
+    fn, inputs = build()
+    (captured,) = capture_joints(fn, *inputs, inner=inner)
+    builder = partitioners._extract_fwd_bwd_modules
+    chosen = _torch.min_cut_saved(captured.joint, captured.num_fwd_outputs, captured.static_lifetime_input_indices)
+    assert partitioners._extract_fwd_bwd_modules is builder
+    _, _, saved = _torch.min_cut_partition(
+        captured.joint, captured.num_fwd_outputs, captured.static_lifetime_input_indices
+    )
+    assert len(saved) > 10 and set(chosen) == set(saved)
+
+
+def test_min_cut_saved_under_dynamic_shapes_is_the_whole_partitions():
+    """With symbolic sizes the module builder adds their bindings to the saved set, so the whole partition runs."""
+    fn, inputs = _gpt()
+    (captured,) = capture_joints(fn, *inputs, dynamic=True)
+    assert any(isinstance(n.meta.get("val"), torch.SymInt) for n in captured.joint.graph.find_nodes(op="placeholder"))
+    chosen = _torch.min_cut_saved(captured.joint, captured.num_fwd_outputs, captured.static_lifetime_input_indices)
+    _, _, saved = _torch.min_cut_partition(
+        captured.joint, captured.num_fwd_outputs, captured.static_lifetime_input_indices
+    )
+    symbolic = {n.name for n in captured.joint.graph.nodes if isinstance(n.meta.get("val"), torch.SymInt)}
+    assert chosen == saved and symbolic & set(saved)
+
+
+def test_a_budget_plans_without_building_the_partitions_modules(monkeypatch):
+    """Under a budget torch's partitioner is stopped once it has chosen (min_cut_saved); its modules are built only
+    when asked for, and a budget whose plan is that partition runs the very modules `None` runs."""
+    from remat import pipeline
+
+    fn, inputs = _gpt()
+    (captured,) = capture_joints(fn, *inputs)
+    args = captured.joint, captured.num_fwd_outputs
+    static = captured.hooked, captured.static_lifetime_input_indices
+    built = []
+    whole = _torch.min_cut_partition
+    monkeypatch.setattr(pipeline._torch, "min_cut_partition", lambda *a, **k: built.append(1) or whole(*a, **k))
+    half = plan_joint(*args, RematConfig(inner="aot_eager", memory_budget=0.5), *static)
+    one = plan_joint(*args, RematConfig(inner="aot_eager", memory_budget=1.0), *static)
+    assert not built and not half.is_baseline and one.is_baseline
+    none = plan_joint(*args, RematConfig(inner="aot_eager"), *static)
+    assert built == [1] and one.inner_modules is not None and built == [1, 1]
+    for ours, plain in zip(one.inner_modules, none.inner_modules):
+        assert ours.code == plain.code
+
+
+def test_min_cut_saved_where_the_partitioner_builds_no_modules_through_the_builder(monkeypatch):
+    """A torch whose partitioner never hands its choice to `_extract_fwd_bwd_modules`: the whole partition runs and
+    its modules' saved set is returned."""
+    from torch._functorch import partitioners
+
+    fn, inputs = _gpt()
+    (captured,) = capture_joints(fn, *inputs)
+    fw, bw, saved = _torch.min_cut_partition(captured.joint, captured.num_fwd_outputs)
+    monkeypatch.setattr(partitioners, "min_cut_rematerialization_partition", lambda *a, **k: (fw, bw))
+    assert _torch.min_cut_saved(captured.joint, captured.num_fwd_outputs) == saved

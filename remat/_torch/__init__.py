@@ -63,6 +63,7 @@ from .split import (
     lazy_graph_modules,
     min_cut_cse,
     min_cut_partition,
+    min_cut_saved,
     split_joint,
 )
 from .runtime import (
@@ -113,6 +114,7 @@ __all__ = [
     "lazy_graph_modules",
     "min_cut_cse",
     "min_cut_partition",
+    "min_cut_saved",
     "module_stack",
     "mutated_input_descriptors",
     "op_schema",

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import threading
 from typing import Any, Callable, Iterator
 
 from .guard import SUPPORTED, TorchAPIError, lookup
 
 
+_BUILDER = "_extract_fwd_bwd_modules"  # torch's forward/backward module builder, in torch._functorch.partitioners
+
+
 def extract_fwd_bwd_modules() -> Callable[..., Any]:
-    return lookup("torch._functorch.partitioners", "_extract_fwd_bwd_modules")
+    return lookup("torch._functorch.partitioners", _BUILDER)
 
 
 def split_joint(
@@ -64,26 +68,92 @@ def min_cut_partition(
     the graph it is given): (forward module, backward module, names of the saved nodes, symbolic sizes included).
     `merged`: `joint` has been through `min_cut_cse` already, so the partitioner's own pass of it (which would find
     nothing left to merge) is skipped."""
-    import copy
-
     import torch.fx as fx
+
+    fw, bw = _min_cut(joint, num_fwd_outputs, static_lifetime_input_indices, merged)
+    outputs = fw.graph.find_nodes(op="output")[0].args[0]
+    saved = tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))
+    return fw, bw, saved
+
+
+class _Chosen(Exception):
+    """Raised inside torch's min-cut partitioner once it has chosen what to save (min_cut_saved)."""
+
+    def __init__(self, saved: tuple[str, ...]):
+        super().__init__(saved)
+        self.saved = saved
+
+
+_stopping = threading.local()  # per thread: min_cut_saved is waiting for the saved set
+_patching = threading.Lock()
+
+
+def min_cut_saved(
+    joint: Any, num_fwd_outputs: int, static_lifetime_input_indices: Any = None, *, merged: bool = False
+) -> tuple[str, ...]:
+    """The names of the values torch's min-cut partitioner saves for `joint`, without the forward and backward
+    modules: the partitioner stops where it hands its saved set to the module builder (`_extract_fwd_bwd_modules`),
+    which on large graphs is half its time. The set is the one it chose, before the builder drops saved values the
+    backward graph does not read; a plan resolved from it (Problem.resolve_saved walks from what backward reads) is
+    the plan of min_cut_partition's set. Where the builder would also add saved values — the bindings of symbolic
+    sizes, in a graph with dynamic shapes — or where this torch's partitioner never calls the builder, the whole
+    partition runs and its saved set is returned."""
+    partitioners = importlib.import_module("torch._functorch.partitioners")
+    build = extract_fwd_bwd_modules()
+
+    def stop(joint_module, saved_values, saved_sym_nodes, *args, **kwargs):
+        if not getattr(_stopping, "on", False) or saved_sym_nodes or _has_symbolic_inputs(joint_module):
+            return build(joint_module, saved_values, saved_sym_nodes, *args, **kwargs)
+        opaque = kwargs.get("saved_opaque_nodes") or ()
+        raise _Chosen(tuple(n.name for n in (*saved_values, *opaque)))
+
+    with _patching:
+        setattr(partitioners, _BUILDER, stop)
+        _stopping.on = True
+        try:
+            modules = _min_cut(joint, num_fwd_outputs, static_lifetime_input_indices, merged)
+        except _Chosen as chosen:
+            return chosen.saved
+        finally:
+            _stopping.on = False
+            setattr(partitioners, _BUILDER, build)
+    import torch.fx as fx
+
+    outputs = modules[0].graph.find_nodes(op="output")[0].args[0]
+    return tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))
+
+
+def _has_symbolic_inputs(joint: Any) -> bool:
+    """Whether a placeholder of `joint` is a symbolic size or a tensor of symbolic shape (dynamic shapes)."""
+    import torch
+
+    symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    for node in joint.graph.find_nodes(op="placeholder"):
+        value = node.meta.get("val")
+        if isinstance(value, symbolic):
+            return True
+        if isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape):
+            return True
+    return False
+
+
+def _min_cut(joint: Any, num_fwd_outputs: int, static_lifetime_input_indices: Any, merged: bool):
+    """torch's min_cut_rematerialization_partition on a copy of `joint` (node metadata shared, fake tensors not
+    copied) under the same root module: its (forward, backward) modules."""
+    import copy
 
     min_cut = lookup("torch._functorch.partitioners", "min_cut_rematerialization_partition")
     config = importlib.import_module("torch._functorch.config")
     with lazy_graph_modules() as make_module:
-        # A copy of the graph (node metadata shared, fake tensors not copied) under the same root module.
         copied = make_module(joint, copy.deepcopy(joint.graph))
         with config.patch(cse=False) if merged and getattr(config, "cse", False) else contextlib.nullcontext():
-            fw, bw = min_cut(
+            return min_cut(
                 copied,
                 None,
                 compiler="inductor",
                 num_fwd_outputs=num_fwd_outputs,
                 static_lifetime_input_indices=static_lifetime_input_indices,
             )
-    outputs = fw.graph.find_nodes(op="output")[0].args[0]
-    saved = tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))
-    return fw, bw, saved
 
 
 @contextlib.contextmanager
