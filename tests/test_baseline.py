@@ -214,3 +214,29 @@ def test_min_cut_saved_where_the_partitioner_builds_no_modules_through_the_build
     fw, bw, saved = _torch.min_cut_partition(captured.joint, captured.num_fwd_outputs)
     monkeypatch.setattr(partitioners, "min_cut_rematerialization_partition", lambda *a, **k: (fw, bw))
     assert _torch.min_cut_saved(captured.joint, captured.num_fwd_outputs) == saved
+
+
+def test_min_cut_saved_stops_only_its_own_threads_partition(monkeypatch):
+    """While min_cut_saved waits for its partitioner's choice, a partition on another thread (a plain torch.compile
+    elsewhere in the process) reaches torch's own module builder; afterwards the builder is torch's again."""
+    import threading
+
+    from torch._functorch import partitioners
+
+    from remat._torch import split
+
+    builder = lambda *args, **kwargs: "built"  # noqa: E731 - torch's builder, as far as this test goes
+    monkeypatch.setattr(partitioners, "_extract_fwd_bwd_modules", builder)
+    node = torch.fx.Graph().placeholder("saved")
+    seen = {}
+
+    def partition(joint, *args, **kwargs):
+        other = threading.Thread(target=lambda: seen.update(other=partitioners._extract_fwd_bwd_modules(joint, [], [])))
+        other.start()
+        other.join()
+        return partitioners._extract_fwd_bwd_modules(joint, [node], [])
+
+    monkeypatch.setattr(split, "_min_cut", partition)
+    joint = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    assert split.min_cut_saved(joint, 1) == ("saved",)
+    assert seen == {"other": "built"} and partitioners._extract_fwd_bwd_modules is builder
