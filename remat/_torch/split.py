@@ -99,7 +99,7 @@ def min_cut_saved(
     sizes, in a graph with dynamic shapes — or where this torch's partitioner never calls the builder, the whole
     partition runs and its saved set is returned."""
     partitioners = importlib.import_module("torch._functorch.partitioners")
-    build = extract_fwd_bwd_modules()
+    build = lookup(partitioners.__name__, _BUILDER)  # what torch's partitioner calls, restored as it was found
 
     def stop(joint_module, saved_values, saved_sym_nodes, *args, **kwargs):
         if not getattr(_stopping, "on", False) or saved_sym_nodes or _has_symbolic_inputs(joint_module):
