@@ -68,12 +68,16 @@ def min_cut_partition(
     the graph it is given): (forward module, backward module, names of the saved nodes, symbolic sizes included).
     `merged`: `joint` has been through `min_cut_cse` already, so the partitioner's own pass of it (which would find
     nothing left to merge) is skipped."""
+    fw, bw = _min_cut(joint, num_fwd_outputs, static_lifetime_input_indices, merged)
+    return fw, bw, _saved_names(fw, num_fwd_outputs)
+
+
+def _saved_names(fw: Any, num_fwd_outputs: int) -> tuple[str, ...]:
+    """The names of the nodes forward module `fw` hands to backward: its outputs after the forward's own."""
     import torch.fx as fx
 
-    fw, bw = _min_cut(joint, num_fwd_outputs, static_lifetime_input_indices, merged)
     outputs = fw.graph.find_nodes(op="output")[0].args[0]
-    saved = tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))
-    return fw, bw, saved
+    return tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))
 
 
 class _Chosen(Exception):
@@ -117,10 +121,7 @@ def min_cut_saved(
         finally:
             _stopping.on = False
             setattr(partitioners, _BUILDER, build)
-    import torch.fx as fx
-
-    outputs = modules[0].graph.find_nodes(op="output")[0].args[0]
-    return tuple(o.name for o in outputs[num_fwd_outputs:] if isinstance(o, fx.Node))
+    return _saved_names(modules[0], num_fwd_outputs)
 
 
 def _has_symbolic_inputs(joint: Any) -> bool:
