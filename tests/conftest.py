@@ -117,6 +117,7 @@ SLOW_SECONDS = {
     "test_lazy_pick.py": 36,
     "test_step_budget.py": 31,
     "test_runtime.py": 30,
+    "test_ranks.py": 30,
     "test_reorder.py": 20,
     "test_rng.py": 15,
     "test_symbolic.py": 15,

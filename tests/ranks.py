@@ -3,16 +3,53 @@ as JSON into the test's folder."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import faulthandler
 import json
+import os
 import pathlib
+import signal
+import time
 import uuid
 
+import pytest
 import torch.multiprocessing as mp
 
 # Every test process group waits this long for its peers, then fails with a traceback (a rank stuck in a collective
 # would otherwise hang the suite).
 TIMEOUT = datetime.timedelta(minutes=3)
+# The most a spawn of ranks may take, set-up and every scenario included (the slowest, test_tensor_parallel's, takes
+# about 2.5 minutes on two busy cores). A rank still running then is stuck outside any collective (at exit, in a
+# compile): its threads' tracebacks are printed, every rank is killed and the test fails, instead of the test
+# waiting on it for ever.
+DEADLINE_S = 8 * 60
+
+
+def _rank(rank: int, worker, *args) -> None:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent asks for tracebacks at the deadline
+    worker(rank, *args)
+
+
+def run(worker, *args, world: int = 2, deadline_s: float = DEADLINE_S) -> None:
+    """`worker(rank, *args)` on `world` spawned processes; returns once every one has exited cleanly. A rank that
+    raises or dies fails the call (torch's ProcessRaisedException / ProcessExitedException); ranks still running
+    after `deadline_s` have their tracebacks printed and are killed, and the test fails naming them."""
+    context = mp.start_processes(_rank, args=(worker, *args), nprocs=world, join=False, start_method="spawn")
+    end = time.monotonic() + deadline_s
+    while not context.join(timeout=max(1.0, end - time.monotonic())):
+        if time.monotonic() < end:
+            continue
+        stuck = [rank for rank, process in enumerate(context.processes) if process.is_alive()]
+        for rank in stuck:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(context.processes[rank].pid, signal.SIGUSR1)
+        time.sleep(3)  # the tracebacks reach the captured stderr
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+            process.join(10)
+        pytest.fail(f"ranks {stuck} of {world} still running after {deadline_s:.0f} s (tracebacks in stderr); killed")
 
 
 def spawn(worker, out, *args, world: int = 2) -> list:
@@ -20,5 +57,5 @@ def spawn(worker, out, *args, world: int = 2) -> list:
     `out/rank<r>.json`. The ranks meet through a file store of their own in `out` (no port to race for)."""
     out = pathlib.Path(out)
     init = f"file://{out}/store-{uuid.uuid4().hex}"
-    mp.spawn(worker, args=(world, init, str(out), *args), nprocs=world)
+    run(worker, world, init, str(out), *args, world=world)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from ranks import TIMEOUT
+from ranks import run as run_ranks
 
 WORLD = 2
 pytestmark = pytest.mark.skipif(
@@ -198,7 +199,7 @@ def _worker(rank, init_file, out_dir):
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("gloo")
-    torch.multiprocessing.spawn(_worker, args=(str(out / "init"), str(out)), nprocs=WORLD, join=True)
+    run_ranks(_worker, str(out / "init"), str(out), world=WORLD)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 

@@ -10,7 +10,6 @@ import warnings
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -20,6 +19,7 @@ from remat.explain import explain_all
 from remat.step import Slot, StepLedger
 from remat.units import MIB as MiB
 from ranks import TIMEOUT
+from ranks import run as run_ranks
 
 AOT = {"inner": "aot_eager"}
 
@@ -199,7 +199,7 @@ def ddp_worker(rank, world, out):
 def test_ranks_split_the_step_budget_alike(tmp_path):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("needs gloo")
-    mp.spawn(ddp_worker, args=(2, str(tmp_path)), nprocs=2)
+    run_ranks(ddp_worker, 2, str(tmp_path))
     first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
     assert "error" not in first and "error" not in second, (first.get("error"), second.get("error"))
     assert len(first["fingerprints"]) == 4 and first["fingerprints"] == second["fingerprints"]

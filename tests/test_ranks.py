@@ -1,0 +1,22 @@
+"""The launcher of the gloo tests (tests/ranks.py): a rank that never returns fails its test at the deadline with
+its traceback, instead of holding the suite until CI's limit."""
+
+import time
+
+import pytest
+
+from ranks import run
+
+
+def _stuck(rank: int) -> None:
+    time.sleep(600)
+
+
+@pytest.mark.slow
+def test_a_stuck_rank_is_killed_at_the_deadline_with_its_traceback(capfd):
+    start = time.monotonic()
+    # 30 s: both ranks are in the worker by then (a spawned rank imports torch first), so both print a traceback
+    with pytest.raises(pytest.fail.Exception, match=r"ranks \[0, 1\] of 2 still running after 30 s"):
+        run(_stuck, deadline_s=30)
+    assert time.monotonic() - start < 90
+    assert capfd.readouterr().err.count("in _stuck") == 2
