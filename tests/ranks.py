@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import signal
+import sys
 import time
 import uuid
 
@@ -41,10 +42,11 @@ def run(worker, *args, world: int = 2, deadline_s: float = DEADLINE_S) -> None:
         if time.monotonic() < end:
             continue
         stuck = [rank for rank, process in enumerate(context.processes) if process.is_alive()]
-        for rank in stuck:
+        for rank in stuck:  # one at a time: ranks dumping together would interleave their lines
+            print(f"rank {rank} of {world}, still running after {deadline_s:.0f} s:", file=sys.stderr, flush=True)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(context.processes[rank].pid, signal.SIGUSR1)
-        time.sleep(3)  # the tracebacks reach the captured stderr
+            time.sleep(2)  # its traceback reaches the captured stderr
         for process in context.processes:
             if process.is_alive():
                 process.kill()
