@@ -13,8 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
-from ranks import TIMEOUT
-from ranks import run as run_ranks
+from ranks import TIMEOUT, run as run_ranks
 
 WORLD = 2
 pytestmark = pytest.mark.skipif(

@@ -18,8 +18,7 @@ import remat
 from remat.explain import explain_all
 from remat.step import Slot, StepLedger
 from remat.units import MIB as MiB
-from ranks import TIMEOUT
-from ranks import run as run_ranks
+from ranks import TIMEOUT, run as run_ranks
 
 AOT = {"inner": "aot_eager"}
 
