@@ -9,6 +9,7 @@ import remat
 from remat.config import RematConfig
 from remat.explain import capture_joints
 from remat.pipeline import plan_joint
+from remat.plan.solvers import solve_auto
 from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch
 
 from graphs import MIB, CosMM, cosmm_input
@@ -69,6 +70,25 @@ def test_infeasible_budget_warns_with_least_peak(joint):
     with pytest.warns(UserWarning, match=f"least peak solver=.auto. can reach is .* \\({least} bytes\\)"):
         p = plan_joint(joint.joint, joint.num_fwd_outputs, RematConfig(memory_budget=least - 1)).plan
     assert not p.feasible and p.peak_bytes == least
+
+
+def test_a_met_byte_budget_searches_for_the_least_peak_only_when_it_is_read(joint):
+    asked = []
+
+    def counting(problem, budget, evaluator):
+        asked.append(budget)
+        return solve_auto(problem, budget, evaluator)
+
+    least = plan(joint, memory_budget=0.0, solver=counting).least_peak_bytes
+    assert asked == [0, least]  # a fraction is resolved against the least peak: searched for first
+    asked.clear()
+    met = plan(joint, memory_budget=least + (plan(joint).peak_bytes - least) // 2, solver=counting)
+    assert met.feasible and asked == [met.budget_bytes] and callable(met.least_peak)
+    assert met.least_peak_bytes == least and asked == [met.budget_bytes, 0]
+    assert met.least_peak_bytes == least and asked == [met.budget_bytes, 0]  # searched for once
+    asked.clear()
+    missed = plan(joint, memory_budget=least - 1, solver=counting)  # the warning names it: searched for at once
+    assert not missed.feasible and asked == [least - 1, 0] and missed.least_peak == least
 
 
 def test_strict_raises(joint):

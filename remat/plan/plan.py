@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import sympy
 
@@ -64,7 +64,9 @@ class Plan:
     recompute_flops: int  # flops spent recomputing in backward
     baseline: Baseline
     budget_bytes: int | None  # the budget in bytes (fractions resolved); None = no budget
-    least_peak_bytes: int | None  # the least peak the planner can reach (None when not computed: no budget)
+    # The least peak the planner can reach (None: no budget), as `least_peak_bytes` reads it: a byte budget the plan
+    # meets does not need it, so it is then searched for when first read (a function until then).
+    least_peak: int | Callable[[], int] | None = dataclasses.field(compare=False)
     feasible: bool
     solver: str
     gap: float | None  # (cost - lower bound) / cost against the optimal solver's bound, when computed
@@ -82,6 +84,14 @@ class Plan:
     # The graph facts the plan was made for and its saved/recomputed sets, so `remat.check_plan(plan)` can check it.
     problem: Problem | None = dataclasses.field(default=None, compare=False, repr=False)
     resolved: Resolved | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def least_peak_bytes(self) -> int | None:
+        """The least peak the planner can reach for this graph; None without a budget."""
+        if callable(self.least_peak):
+            object.__setattr__(self, "least_peak", self.least_peak())
+        assert not callable(self.least_peak)
+        return self.least_peak
 
     @property
     def saved(self) -> tuple[str, ...]:

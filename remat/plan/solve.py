@@ -4,6 +4,7 @@ registry (solvers.py)."""
 from __future__ import annotations
 
 import warnings
+from typing import Callable
 
 import sympy
 
@@ -54,12 +55,24 @@ def make_plan(
     )
     if budget_kind == "none":
         return _plan(problem, evaluator, base, baseline, None, None, "baseline", None)
-    lowest = solve(problem, 0, evaluator)  # no plan peaks under 0 bytes: the least-peak plan the solver finds
-    budget = resolve_budget(budget_kind, budget_value, lowest.peak, base.peak)
-    assert budget is not None  # budget_kind is "bytes" or "fraction" here, with a value (RematConfig checks it)
+    lowest: Scored | None = None
+    if budget_kind != "bytes":
+        lowest = solve(problem, 0, evaluator)  # no plan peaks under 0 bytes: the least-peak plan the solver finds
+    resolved = resolve_budget(budget_kind, budget_value, lowest.peak if lowest else 0, base.peak)
+    assert resolved is not None  # budget_kind is "bytes" or "fraction" here, with a value (RematConfig checks it)
+    budget = resolved
     chosen = solve(problem, budget, evaluator)
-    least = min(lowest.peak, chosen.peak)  # the run for this budget may reach below the least-peak run
+    least: int | Callable[[], int]
+    if lowest is None and chosen.peak <= budget:
+        # A byte budget met: the least peak is not needed to plan, and searching for it takes a third or more of
+        # the planning time. It is searched for when first read, with an evaluator of its own (this one's
+        # simulations are not kept alive with the plan).
+        least = _LeastPeak(problem, solve, evaluator, chosen.peak)
+    else:
+        lowest = lowest or solve(problem, 0, evaluator)
+        least = min(lowest.peak, chosen.peak)  # the run for this budget may reach below the least-peak run
     if chosen.peak > budget:
+        assert isinstance(least, int)
         message = (
             f"memory_budget: {fmt_bytes(budget)} cannot be met for this graph; the least peak solver={name!r} can "
             f"reach is {fmt_bytes(least)} ({least} bytes)"
@@ -68,6 +81,19 @@ def make_plan(
             raise BudgetError(f"{message}; strict=True: raise the budget to at least {least} bytes", least)
         warnings.warn(f"{message}; using the plan with that peak", stacklevel=2)
     return _plan(problem, evaluator, chosen, baseline, budget, least, name, _gap(chosen))
+
+
+class _LeastPeak:
+    """The least peak `solve` reaches for `problem`, searched for when called (Plan.least_peak_bytes): with an
+    evaluator like `like`, and no higher than `reached`, the peak of a plan already made."""
+
+    def __init__(self, problem: Problem, solve: Solver, like: Evaluator, reached: int):
+        self.problem, self.solve, self.reached = problem, solve, reached
+        self.time_limit, self.frugal = like.time_limit, like.frugal
+
+    def __call__(self) -> int:
+        evaluator = Evaluator(self.problem, self.time_limit, self.frugal)
+        return min(self.solve(self.problem, 0, evaluator).peak, self.reached)
 
 
 def _gap(chosen: Scored) -> float | None:
@@ -141,7 +167,7 @@ def _plan(problem, evaluator, chosen: Scored, baseline, budget, least, solver, g
         recompute_flops=sum(problem.costs[n] for n in resolved.recomputed),
         baseline=baseline,
         budget_bytes=budget,
-        least_peak_bytes=least,
+        least_peak=least,
         feasible=budget is None or timeline.peak_bytes <= budget,
         solver=solver,
         gap=gap,
