@@ -124,9 +124,13 @@ class _Kernels:
         order,
         through: bytearray,
     ) -> None:
-        storage, nbytes, allocates = a.storage, a.nbytes, a.allocates
-        position = {i: k for k, kernel in enumerate(nodes) for i in kernel}
-        self.member = member = bytearray(len(a.names))
+        storage, nbytes, allocates, instances = a.storage, a.nbytes, a.allocates, a.instances
+        n = len(a.names)
+        position = [-1] * n  # per node: the kernel computing it
+        for k, kernel in enumerate(nodes):
+            for i in kernel:
+                position[i] = k
+        self.member = member = bytearray(n)
         for i in order:
             member[i] = 1
         after = self._after(a, order, position, through)
@@ -137,23 +141,25 @@ class _Kernels:
         self.succs: list[list[int]] = []  # per kernel: the kernels that wait for it, in order
         self.readers: dict[int, list[int]] = {}
         self.outputs = outputs
-        instances, distinct, readers, succs = a.instances, a.distinct, self.readers, self.succs
-        # per storage: a buffer of the module, or an input it may free (a saved activation; never a parameter)
-        counted: dict[int, bool] = {}
+        distinct, readers, succs = a.distinct, self.readers, self.succs
+        # per storage: 1 for a buffer of the module or an input it may free (a saved activation; never a parameter),
+        # 0 for one it does not count, 2 until known
+        counted = bytearray(b"\x02") * n
         expand, reads, writes, all_preds = fusion.expand, self.reads, self.writes, self.preds
         for k, kernel in enumerate(nodes):
             buffers: dict[int, None] = {}
             preds: set[int] = set()
             for i in kernel:
                 for j in distinct[i]:
-                    found = after.get(j)
+                    found = after[j]
                     if found is not None:
                         preds.update(found)
-                for j in expand(a, i, inside, memo):
+                expanded = memo.get(i)
+                for j in expanded if expanded is not None else expand(a, i, inside, memo):
                     o = storage[j]
-                    keep = counted.get(o)
-                    if keep is None:
-                        keep = counted[o] = bool(nbytes[o]) and (o in position or instances[o] >= 0)
+                    keep = counted[o]
+                    if keep == 2:
+                        keep = counted[o] = bool(nbytes[o]) and (position[o] >= 0 or instances[o] >= 0)
                     if keep:
                         buffers[o] = None
             preds.discard(k)
@@ -167,24 +173,27 @@ class _Kernels:
             succs.append([])
             for p in preds:
                 succs[p].append(k)
-            writes.append(tuple(i for i in kernel if allocates[i]))
+            if len(kernel) == 1:
+                writes.append(kernel if allocates[kernel[0]] else ())
+            else:
+                writes.append(tuple(i for i in kernel if allocates[i]))
         self.produced = {o for w in writes for o in w}
 
     @staticmethod
-    def _after(a, order: Sequence[int], position: dict[int, int], through: bytearray) -> dict[int, tuple[int, ...]]:
+    def _after(a, order: Sequence[int], position: list[int], through: bytearray) -> list[tuple[int, ...] | None]:
         """Per node of the module, the kernels a reader of it must run after: its own, or, for a view or a value
-        computed inside its readers (`through`), those of what it reads (within the module). One pass in `order`,
-        which puts every node after its inputs."""
-        after: dict[int, tuple[int, ...]] = {}
+        computed inside its readers (`through`), those of what it reads (within the module); None for other nodes.
+        One pass in `order`, which puts every node after its inputs."""
+        after: list[tuple[int, ...] | None] = [None] * len(a.names)
         distinct = a.distinct
         for i in order:
-            p = position.get(i)
-            if p is not None:
+            p = position[i]
+            if p >= 0:
                 after[i] = (p,)
             elif through[i]:
                 found: dict[int, None] = {}
                 for j in distinct[i]:
-                    for q in after.get(j, ()):
+                    for q in after[j] or ():
                         found[q] = None
                 after[i] = tuple(found)
         return after

@@ -105,7 +105,8 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
         in_fw[i] = 1
     memo_fw: dict[int, tuple[int, ...]] = {}
     memo_bw: dict[int, tuple[int, ...]] = {}
-    if problem.fuses:
+    fuses = problem.fuses
+    if fuses:
         segment = fusion.segments(a, bw, recomputed, problem.hoists)  # in the module's order, before reordering
         fw_in, bw_in, fw_kept, fw_groups, bw_groups = _fused(problem, resolved, in_fw, bw, excluded, recomputed)
         fw = reorder.peak_order(a, fw, fw_in, fw_kept, memo_fw, fw_groups)
@@ -118,7 +119,8 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     for pos, i in enumerate(fw):
         if fw_in[i]:
             continue  # runs as part of a later kernel: it reads its inputs there
-        for j in fusion.expand(a, i, fw_in, memo_fw) if problem.fuses else inputs_of[i]:
+        reads = (memo_fw.get(i) or fusion.expand(a, i, fw_in, memo_fw)) if fuses else inputs_of[i]
+        for j in reads:
             k = plain[j]
             if k >= 0:
                 last[k] = pos
@@ -134,7 +136,8 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     for pos, i in enumerate(bw, start=num_fw):
         if bw_in[i]:
             continue
-        for j in fusion.expand(a, i, bw_in, memo_bw) if problem.fuses else inputs_of[i]:
+        reads = (memo_bw.get(i) or fusion.expand(a, i, bw_in, memo_bw)) if fuses else inputs_of[i]
+        for j in reads:
             o = storage[j]
             k = o + n if recomputed[o] else plain[j]
             if k >= 0:
