@@ -72,7 +72,7 @@ def test_infeasible_budget_warns_with_least_peak(joint):
     assert not p.feasible and p.peak_bytes == least
 
 
-def test_a_met_byte_budget_searches_for_the_least_peak_only_when_it_is_read(joint):
+def test_a_met_byte_budget_or_fraction_one_searches_for_the_least_peak_only_when_it_is_read(joint):
     asked = []
 
     def counting(problem, budget, evaluator):
@@ -86,6 +86,10 @@ def test_a_met_byte_budget_searches_for_the_least_peak_only_when_it_is_read(join
     assert met.feasible and asked == [met.budget_bytes] and callable(met.least_peak)
     assert met.least_peak_bytes == least and asked == [met.budget_bytes, 0]
     assert met.least_peak_bytes == least and asked == [met.budget_bytes, 0]  # searched for once
+    asked.clear()
+    one = plan(joint, memory_budget=1.0, solver=counting)  # the baseline's peak, whatever the least
+    assert one.budget_bytes == one.baseline.peak_bytes and asked == [one.budget_bytes] and callable(one.least_peak)
+    assert one.least_peak_bytes == least
     asked.clear()
     missed = plan(joint, memory_budget=least - 1, solver=counting)  # the warning names it: searched for at once
     assert not missed.feasible and asked == [least - 1, 0] and missed.least_peak == least

@@ -56,17 +56,16 @@ def make_plan(
     if budget_kind == "none":
         return _plan(problem, evaluator, base, baseline, None, None, "baseline", None)
     lowest: Scored | None = None
-    if budget_kind != "bytes":
+    if budget_kind == "fraction" and budget_value != 1:  # fraction 1.0 is the baseline's peak, whatever the least
         lowest = solve(problem, 0, evaluator)  # no plan peaks under 0 bytes: the least-peak plan the solver finds
-    resolved = resolve_budget(budget_kind, budget_value, lowest.peak if lowest else 0, base.peak)
-    assert resolved is not None  # budget_kind is "bytes" or "fraction" here, with a value (RematConfig checks it)
-    budget = resolved
+    budget = resolve_budget(budget_kind, budget_value, lowest.peak if lowest else 0, base.peak)
+    assert budget is not None  # budget_kind is "bytes" or "fraction" here, with a value (RematConfig checks it)
     chosen = solve(problem, budget, evaluator)
     least: int | Callable[[], int]
     if lowest is None and chosen.peak <= budget:
-        # A byte budget met: the least peak is not needed to plan, and searching for it takes a third or more of
-        # the planning time. It is searched for when first read, with an evaluator of its own (this one's
-        # simulations are not kept alive with the plan).
+        # A byte budget (or fraction 1.0) met: the least peak is not needed to plan, and searching for it takes a
+        # third or more of the planning time. It is searched for when first read, with an evaluator of its own
+        # (this one's simulations are not kept alive with the plan).
         least = _LeastPeak(problem, solve, evaluator, chosen.peak)
     else:
         lowest = lowest or solve(problem, 0, evaluator)
