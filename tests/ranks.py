@@ -18,13 +18,17 @@ import pytest
 import torch.multiprocessing as mp
 
 # Every test process group waits this long for its peers, then fails with a traceback (a rank stuck in a collective
-# would otherwise hang the suite).
-TIMEOUT = datetime.timedelta(minutes=3)
+# would otherwise hang the suite). Minutes: on two busy cores one rank has reached its first collective more than
+# 3 minutes after its peer (the peer then timed out and the late rank waited for ever).
+TIMEOUT = datetime.timedelta(minutes=6)
 # The most a spawn of ranks may take, set-up and every scenario included (the slowest, test_tensor_parallel's, takes
 # about 2.5 minutes on two busy cores). A rank still running then is stuck outside any collective (at exit, in a
 # compile): its threads' tracebacks are printed, every rank is killed and the test fails, instead of the test
 # waiting on it for ever.
 DEADLINE_S = 8 * 60
+# Ranks still running this long print their tracebacks once and go on: where a late rank was, shown with the
+# failure if the spawn then fails.
+REPORT_S = 3 * 60
 
 
 def _rank(rank: int, worker, *args) -> None:
@@ -32,26 +36,39 @@ def _rank(rank: int, worker, *args) -> None:
     worker(rank, *args)
 
 
-def run(worker, *args, world: int = 2, deadline_s: float = DEADLINE_S) -> None:
+def run(worker, *args, world: int = 2, deadline_s: float = DEADLINE_S, report_s: float = REPORT_S) -> None:
     """`worker(rank, *args)` on `world` spawned processes; returns once every one has exited cleanly. A rank that
     raises or dies fails the call (torch's ProcessRaisedException / ProcessExitedException); ranks still running
-    after `deadline_s` have their tracebacks printed and are killed, and the test fails naming them."""
+    after `report_s` print their tracebacks and go on; ranks still running after `deadline_s` have their tracebacks
+    printed and are killed, and the test fails naming them."""
     context = mp.start_processes(_rank, args=(worker, *args), nprocs=world, join=False, start_method="spawn")
-    end = time.monotonic() + deadline_s
-    while not context.join(timeout=max(1.0, end - time.monotonic())):
-        if time.monotonic() < end:
+    start = time.monotonic()
+    report, end = start + report_s, start + deadline_s
+    while not context.join(timeout=max(1.0, min(report if report_s < deadline_s else end, end) - time.monotonic())):
+        now = time.monotonic()
+        if report_s < deadline_s and now >= report:
+            _dump(context, world, f"still running after {report_s:.0f} s (going on)")
+            report_s = deadline_s
+        if now < end:
             continue
-        stuck = [rank for rank, process in enumerate(context.processes) if process.is_alive()]
-        for rank in stuck:  # one at a time: ranks dumping together would interleave their lines
-            print(f"rank {rank} of {world}, still running after {deadline_s:.0f} s:", file=sys.stderr, flush=True)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(context.processes[rank].pid, signal.SIGUSR1)
-            time.sleep(2)  # its traceback reaches the captured stderr
+        stuck = _dump(context, world, f"still running after {deadline_s:.0f} s")
         for process in context.processes:
             if process.is_alive():
                 process.kill()
             process.join(10)
         pytest.fail(f"ranks {stuck} of {world} still running after {deadline_s:.0f} s (tracebacks in stderr); killed")
+
+
+def _dump(context, world: int, what: str) -> list[int]:
+    """The live ranks, each having printed its threads' tracebacks after a line naming it and `what`: one at a time,
+    as ranks dumping together would interleave their lines."""
+    live = [rank for rank, process in enumerate(context.processes) if process.is_alive()]
+    for rank in live:
+        print(f"rank {rank} of {world}, {what}:", file=sys.stderr, flush=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(context.processes[rank].pid, signal.SIGUSR1)
+        time.sleep(2)  # its traceback reaches the captured stderr
+    return live
 
 
 def spawn(worker, out, *args, world: int = 2) -> list:

@@ -16,9 +16,14 @@ def _stuck(rank: int) -> None:
 def test_a_stuck_rank_is_killed_at_the_deadline_with_its_traceback(capfd):
     start = time.monotonic()
     # 30 s: both ranks are in the worker by then (a spawned rank imports torch first), so both print a traceback
-    with pytest.raises(pytest.fail.Exception, match=r"ranks \[0, 1\] of 2 still running after 30 s"):
-        run(_stuck, deadline_s=30)
-    assert time.monotonic() - start < 90
-    # each rank's traceback follows the line naming it (the ranks dump one after the other)
-    dumps = capfd.readouterr().err.split("still running after 30 s:")[1:]
+    with pytest.raises(pytest.fail.Exception, match=r"ranks \[0, 1\] of 2 still running after 45 s"):
+        run(_stuck, deadline_s=45, report_s=30)
+    assert time.monotonic() - start < 105
+    err = capfd.readouterr().err
+    # at the report, each rank's traceback follows the line naming it (the ranks dump one after the other) and the
+    # ranks go on; at the deadline, again, and they are killed
+    reports = err.split("still running after 30 s (going on):")[1:]
+    assert len(reports) == 2 and all("in _stuck" in dump.split("still running after")[0] for dump in reports), err
+    dumps = err.split("still running after 45 s:")[1:]
     assert len(dumps) == 2 and all("in _stuck" in dump for dump in dumps), dumps
+    assert err.index("(going on)") < err.index("still running after 45 s:")
