@@ -43,12 +43,13 @@ def run(worker, *args, world: int = 2, deadline_s: float = DEADLINE_S, report_s:
     printed and are killed, and the test fails naming them."""
     context = mp.start_processes(_rank, args=(worker, *args), nprocs=world, join=False, start_method="spawn")
     start = time.monotonic()
-    report, end = start + report_s, start + deadline_s
-    while not context.join(timeout=max(1.0, min(report if report_s < deadline_s else end, end) - time.monotonic())):
+    end = start + deadline_s
+    report = start + report_s if report_s < deadline_s else None  # None once reported, or when the deadline is first
+    while not context.join(timeout=max(1.0, min(report or end, end) - time.monotonic())):
         now = time.monotonic()
-        if report_s < deadline_s and now >= report:
+        if report is not None and now >= report:
             _dump(context, world, f"still running after {report_s:.0f} s (going on)")
-            report_s = deadline_s
+            report = None
         if now < end:
             continue
         stuck = _dump(context, world, f"still running after {deadline_s:.0f} s")

@@ -66,7 +66,7 @@ def make_plan(
         # A byte budget (or fraction 1.0) met: the least peak is not needed to plan, and searching for it takes a
         # third or more of the planning time. It is searched for when first read, with an evaluator of its own
         # (this one's simulations are not kept alive with the plan).
-        least = _LeastPeak(problem, solve, evaluator, chosen.peak)
+        least = _least_peak_later(problem, solve, evaluator, chosen.peak)
     else:
         lowest = lowest or solve(problem, 0, evaluator)
         least = min(lowest.peak, chosen.peak)  # the run for this budget may reach below the least-peak run
@@ -82,17 +82,11 @@ def make_plan(
     return _plan(problem, evaluator, chosen, baseline, budget, least, name, _gap(chosen))
 
 
-class _LeastPeak:
-    """The least peak `solve` reaches for `problem`, searched for when called (Plan.least_peak_bytes): with an
+def _least_peak_later(problem: Problem, solve: Solver, like: Evaluator, reached: int) -> Callable[[], int]:
+    """What searches, when called (Plan.least_peak_bytes), for the least peak `solve` reaches for `problem`: with an
     evaluator like `like`, and no higher than `reached`, the peak of a plan already made."""
-
-    def __init__(self, problem: Problem, solve: Solver, like: Evaluator, reached: int):
-        self.problem, self.solve, self.reached = problem, solve, reached
-        self.time_limit, self.frugal = like.time_limit, like.frugal
-
-    def __call__(self) -> int:
-        evaluator = Evaluator(self.problem, self.time_limit, self.frugal)
-        return min(self.solve(self.problem, 0, evaluator).peak, self.reached)
+    time_limit, frugal = like.time_limit, like.frugal
+    return lambda: min(solve(problem, 0, Evaluator(problem, time_limit, frugal)).peak, reached)
 
 
 def _gap(chosen: Scored) -> float | None:
