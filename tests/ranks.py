@@ -9,8 +9,10 @@ import faulthandler
 import json
 import os
 import pathlib
+import re
 import signal
 import sys
+import tempfile
 import time
 import uuid
 
@@ -31,45 +33,90 @@ DEADLINE_S = 8 * 60
 REPORT_S = 3 * 60
 
 
-def _rank(rank: int, worker, *args) -> None:
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent asks for tracebacks at the deadline
+def _rank(rank: int, stacks: str, worker, *args) -> None:
+    # the parent asks for tracebacks (at the report and the deadline); they go to a file of this rank's, which the
+    # parent prints and condenses into the failure message (CI logs keep a test's message, not always its stderr)
+    global _stacks
+    _stacks = open(os.path.join(stacks, f"rank{rank}.txt"), "w")  # noqa: SIM115 - open for the process's life
+    faulthandler.register(signal.SIGUSR1, file=_stacks, all_threads=True)
     worker(rank, *args)
 
 
-def run(worker, *args, world: int = 2, deadline_s: float = DEADLINE_S, report_s: float = REPORT_S) -> None:
+_stacks = None  # a rank's open tracebacks file
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+
+
+def run(worker, *args, world: int = 2, deadline_s: float = DEADLINE_S, report_s: float = REPORT_S) -> list[str]:
     """`worker(rank, *args)` on `world` spawned processes; returns once every one has exited cleanly. A rank that
     raises or dies fails the call (torch's ProcessRaisedException / ProcessExitedException); ranks still running
     after `report_s` print their tracebacks and go on; ranks still running after `deadline_s` have their tracebacks
-    printed and are killed, and the test fails naming them."""
-    context = mp.start_processes(_rank, args=(worker, *args), nprocs=world, join=False, start_method="spawn")
+    printed and are killed, and the test fails naming them. Returns the report's condensed tracebacks (empty when
+    every rank ended before `report_s`), for a caller's own assertion messages; a failure here carries them."""
+    stacks = tempfile.mkdtemp(prefix="ranks-")
+    context = mp.start_processes(_rank, args=(stacks, worker, *args), nprocs=world, join=False, start_method="spawn")
     start = time.monotonic()
     end = start + deadline_s
     report = start + report_s if report_s < deadline_s else None  # None once reported, or when the deadline is first
-    while not context.join(timeout=max(1.0, min(report or end, end) - time.monotonic())):
-        now = time.monotonic()
-        if report is not None and now >= report:
-            _dump(context, world, f"still running after {report_s:.0f} s (going on)")
-            report = None
-        if now < end:
-            continue
-        stuck = _dump(context, world, f"still running after {deadline_s:.0f} s")
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-            process.join(10)
-        pytest.fail(f"ranks {stuck} of {world} still running after {deadline_s:.0f} s (tracebacks in stderr); killed")
+    reported: list[str] = []
+    try:
+        while not context.join(timeout=max(1.0, min(report or end, end) - time.monotonic())):
+            now = time.monotonic()
+            if report is not None and now >= report:
+                reported = _dump(context, world, stacks, f"still running after {report_s:.0f} s (going on)")[1]
+                report = None
+            if now < end:
+                continue
+            stuck, condensed = _dump(context, world, stacks, f"still running after {deadline_s:.0f} s")
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+                process.join(10)
+            pytest.fail(
+                "\n".join(
+                    [f"ranks {stuck} of {world} still running after {deadline_s:.0f} s; killed", *reported, *condensed]
+                ),
+                pytrace=False,
+            )
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as error:
+        if not reported:
+            raise
+        pytest.fail("\n".join([str(error), *reported]), pytrace=False)
+    return reported
 
 
-def _dump(context, world: int, what: str) -> list[int]:
-    """The live ranks, each having printed its threads' tracebacks after a line naming it and `what`: one at a time,
-    as ranks dumping together would interleave their lines."""
+def _dump(context, world: int, stacks: str, what: str) -> tuple[list[int], list[str]]:
+    """(the live ranks, their tracebacks condensed), each rank having printed its threads' tracebacks after a line
+    naming it and `what`: one at a time, as ranks dumping together would interleave their lines."""
     live = [rank for rank, process in enumerate(context.processes) if process.is_alive()]
+    condensed = []
     for rank in live:
-        print(f"rank {rank} of {world}, {what}:", file=sys.stderr, flush=True)
+        path = os.path.join(stacks, f"rank{rank}.txt")
+        before = os.path.getsize(path) if os.path.exists(path) else 0
         with contextlib.suppress(ProcessLookupError):
             os.kill(context.processes[rank].pid, signal.SIGUSR1)
-        time.sleep(2)  # its traceback reaches the captured stderr
-    return live
+        time.sleep(2)  # it writes its tracebacks
+        text = ""
+        if os.path.exists(path):
+            with open(path) as f:
+                f.seek(before)
+                text = f.read()
+        print(f"rank {rank} of {world}, {what}:\n{text}", file=sys.stderr, flush=True)
+        condensed.append(f"rank {rank}, {what}:\n{_condense(text)}")
+    return live, condensed
+
+
+def _condense(text: str, frames: int = 10) -> str:
+    """faulthandler's tracebacks, each thread's innermost `frames` frames, paths from the package folder on."""
+    lines, kept = [], 0
+    for line in text.splitlines():
+        if not line.startswith("  File "):
+            lines.append(line)
+            kept = 0
+        elif kept < frames:
+            line = line.replace(f'File "{_ROOT}{os.sep}', 'File "')
+            lines.append(re.sub(r'File "[^"]*?(?:site-packages|python3\.\d+)/', 'File "', line))
+            kept += 1
+    return "\n".join(lines) if lines else "  (no traceback written)"
 
 
 def spawn(worker, out, *args, world: int = 2) -> list:

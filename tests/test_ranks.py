@@ -16,9 +16,15 @@ def _stuck(rank: int) -> None:
 def test_a_stuck_rank_is_killed_at_the_deadline_with_its_traceback(capfd):
     start = time.monotonic()
     # 30 s: both ranks are in the worker by then (a spawned rank imports torch first), so both print a traceback
-    with pytest.raises(pytest.fail.Exception, match=r"ranks \[0, 1\] of 2 still running after 45 s"):
+    with pytest.raises(pytest.fail.Exception, match=r"ranks \[0, 1\] of 2 still running after 45 s") as failed:
         run(_stuck, deadline_s=45, report_s=30)
     assert time.monotonic() - start < 105
+    # the message itself names where each rank was, at the report and at the deadline (a CI log may keep only it)
+    message = str(failed.value)
+    for rank in (0, 1):
+        for when in ("30 s (going on)", "45 s"):
+            part = message.split(f"rank {rank}, still running after {when}:")[1]
+            assert "tests/test_ranks.py" in part.split("still running after")[0] and "in _stuck" in part, message
     err = capfd.readouterr().err
     # at the report, each rank's traceback follows the line naming it (the ranks dump one after the other) and the
     # ranks go on; at the deadline, again, and they are killed

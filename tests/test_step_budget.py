@@ -198,9 +198,9 @@ def ddp_worker(rank, world, out):
 def test_ranks_split_the_step_budget_alike(tmp_path):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("needs gloo")
-    run_ranks(ddp_worker, 2, str(tmp_path))
+    late = run_ranks(ddp_worker, 2, str(tmp_path))  # where ranks were at the launcher's report, if still running
     first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
-    assert "error" not in first and "error" not in second, (first.get("error"), second.get("error"))
+    assert "error" not in first and "error" not in second, (first.get("error"), second.get("error"), *late)
     assert len(first["fingerprints"]) == 4 and first["fingerprints"] == second["fingerprints"]
     assert first["shares"] == second["shares"] and [s[2] for s in first["shares"]] == [0, 1, 2, 3]
     assert first["grads"] == second["grads"]
