@@ -119,10 +119,10 @@ def _condense(text: str, frames: int = 10) -> str:
     return "\n".join(lines) if lines else "  (no traceback written)"
 
 
-def spawn(worker, out, *args, world: int = 2) -> list:
+def spawn(worker, out, *args, world: int = 2, deadline_s: float = DEADLINE_S) -> list:
     """Run `worker(rank, world, init_method, out, *args)` on `world` processes and return what each rank wrote to
     `out/rank<r>.json`. The ranks meet through a file store of their own in `out` (no port to race for)."""
     out = pathlib.Path(out)
     init = f"file://{out}/store-{uuid.uuid4().hex}"
-    run(worker, world, init, str(out), *args, world=world)
+    run(worker, world, init, str(out), *args, world=world, deadline_s=deadline_s)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]

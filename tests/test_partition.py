@@ -2,8 +2,11 @@
 equal the single-process run, and ranks that plan differently fail with an error naming the decision."""
 
 import copy
+import datetime
 import json
 import math
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,6 +14,7 @@ import torch.distributed as dist
 
 import remat
 from ranks import TIMEOUT
+from remat.plan.agree import check_ranks_agree
 from ranks import spawn as spawn_ranks
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
@@ -163,3 +167,33 @@ def test_partition_over_ranks_with_different_data_raises_instead_of_mixing_them(
             error = result.get("error", "")
             assert error.startswith("PartitionMismatch: partition: the saved value"), (mode, error)
             assert "tensor-/model-parallel group" in error
+
+
+def gathers_worker(rank, world, init, out, count):
+    # a one-minute group timeout: a rank left waiting on a hung peer fails in a minute
+    timeout = datetime.timedelta(minutes=1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=timeout)
+    try:
+        plan = SimpleNamespace(
+            decisions=[SimpleNamespace(name=f"v{i}", action=remat.Action.SAVE, kept=i) for i in range(40)]
+        )
+        start = time.monotonic()
+        with torch._dispatch.python.enable_python_dispatcher():  # on, as while a compile runs
+            for _ in range(count):
+                check_ranks_agree(plan, dist.group.WORLD)
+        result = {"seconds": time.monotonic() - start}
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts on it
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        dist.destroy_process_group()
+    with open(f"{out}/rank{rank}.json", "w") as f:
+        json.dump(result, f)
+
+
+def test_plan_checks_across_ranks_never_deadlock_under_the_python_dispatcher(tmp_path):
+    """The plan check gathers at compile time, where torch's Python dispatcher is on. A gloo collective entered
+    through it holds the GIL while it waits for the group's work queue, whose worker thread needs the GIL to free the
+    previous collective's tensors: without remat turning the dispatcher off, two ranks hang within a few hundred
+    gathers (seen in a DDP test: both ranks in the check, for good)."""
+    results = spawn_ranks(gathers_worker, tmp_path, 2000, deadline_s=150)
+    assert all("error" not in r for r in results), results

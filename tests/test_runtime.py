@@ -321,7 +321,8 @@ def test_offload_auto_on_cuda_leaves_the_device_peak():
     "module,name,call",
     [
         ("torch._prims.rng_prims", "run_and_save_rng_state", lambda: remat._torch.rng_replay_ops()),
-        ("torch._subclasses.fake_tensor", "unset_fake_temporarily", lambda: remat._torch.outside_fake_mode()),
+        ("torch._subclasses.fake_tensor", "unset_fake_temporarily", lambda: remat._torch.eager_dispatch().__enter__()),
+        ("torch._C", "_DisablePythonDispatcher", lambda: remat._torch.eager_dispatch().__enter__()),
         ("torch._C", "_storage_Use_Count", lambda: remat._torch.storage_use_count(torch.empty(1))),
         ("torch._inductor.config", "_pre_fusion_custom_pass", lambda: remat._torch.inputs_never_reused([])),
         ("torch.cuda.memory", "_record_memory_history", lambda: remat._torch.cuda_allocator_trace("cuda").__enter__()),

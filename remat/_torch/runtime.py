@@ -36,10 +36,19 @@ def rng_replay_ops() -> tuple[Any, Any]:
     )
 
 
-def outside_fake_mode() -> Any:
-    """A context in which tensors are real again while a compile runs under fake tensors (for collectives at
-    compile time)."""
-    return lookup("torch._subclasses.fake_tensor", "unset_fake_temporarily")()
+@contextlib.contextmanager
+def eager_dispatch() -> Iterator[None]:
+    """A context for collectives at compile time: tensors are real again while the compile runs under fake tensors,
+    and torch's Python dispatcher, which the compile turns on, is off.
+
+    A collective dispatched through the Python dispatcher calls the process group holding the GIL. Gloo's worker
+    thread frees the previous collective's work holding the queue lock the new call needs, and freeing a tensor made
+    in Python needs the GIL: each waits for the other, for ever. Two ranks gathering objects in a loop under the
+    Python dispatcher hang within a few hundred gathers."""
+    unset_fake = lookup("torch._subclasses.fake_tensor", "unset_fake_temporarily")
+    no_python_dispatcher = lookup("torch._C", "_DisablePythonDispatcher")
+    with unset_fake(), no_python_dispatcher():
+        yield
 
 
 def is_allocation(event: Any) -> bool:

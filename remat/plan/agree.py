@@ -23,7 +23,7 @@ def check_ranks_agree(plan, group) -> None:
 
     mine = (fingerprint(plan), [(d.name, d.action.value) for d in plan.decisions])
     gathered: list = [None] * dist.get_world_size(group)
-    with _torch.outside_fake_mode():
+    with _torch.eager_dispatch():
         dist.all_gather_object(gathered, mine, group=group)
     reference = gathered[0]
     for rank, other in enumerate(gathered):
