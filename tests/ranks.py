@@ -20,16 +20,16 @@ import pytest
 import torch.multiprocessing as mp
 
 # Every test process group waits this long for its peers, then fails with a traceback (a rank stuck in a collective
-# would otherwise hang the suite). Minutes: on two busy cores one rank has reached its first collective more than
-# 3 minutes after its peer (the peer then timed out and the late rank waited for ever).
+# would otherwise hang the suite). Minutes: a compile on two busy cores can keep one rank from a collective its peer
+# is already in for a while.
 TIMEOUT = datetime.timedelta(minutes=6)
 # The most a spawn of ranks may take, set-up and every scenario included (the slowest, test_tensor_parallel's, takes
 # about 2.5 minutes on two busy cores). A rank still running then is stuck outside any collective (at exit, in a
 # compile): its threads' tracebacks are printed, every rank is killed and the test fails, instead of the test
 # waiting on it for ever.
 DEADLINE_S = 8 * 60
-# Ranks still running this long print their tracebacks once and go on: where a late rank was, shown with the
-# failure if the spawn then fails.
+# Ranks still running this long print their tracebacks once and go on: where a slow or stuck rank was, shown with
+# the failure if the spawn then fails.
 REPORT_S = 3 * 60
 
 
