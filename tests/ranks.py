@@ -126,3 +126,18 @@ def spawn(worker, out, *args, world: int = 2, deadline_s: float = DEADLINE_S) ->
     init = f"file://{out}/store-{uuid.uuid4().hex}"
     run(worker, world, init, str(out), *args, world=world, deadline_s=deadline_s)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def report(out, rank: int, compute) -> None:
+    """Write `compute()`'s result (a JSON-able dict), or the error it raised, to `out/rank<rank>.json` for the parent
+    to assert on, after destroying this rank's process group."""
+    import torch.distributed as dist
+
+    try:
+        result = compute()
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts on it
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        dist.destroy_process_group()
+    with open(f"{out}/rank{rank}.json", "w") as f:
+        json.dump(result, f)

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 import remat
-from ranks import TIMEOUT
+from ranks import TIMEOUT, report
 from remat.plan.agree import check_ranks_agree
 from ranks import spawn as spawn_ranks
 
@@ -173,21 +173,16 @@ def gathers_worker(rank, world, init, out, count):
     # a one-minute group timeout: a rank left waiting on a hung peer fails in a minute
     timeout = datetime.timedelta(minutes=1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=timeout)
-    try:
-        plan = SimpleNamespace(
-            decisions=[SimpleNamespace(name=f"v{i}", action=remat.Action.SAVE, kept=i) for i in range(40)]
-        )
+
+    def gather():
+        decisions = [SimpleNamespace(name=f"v{i}", action=remat.Action.SAVE, kept=i) for i in range(40)]
         start = time.monotonic()
         with torch._dispatch.python.enable_python_dispatcher():  # on, as while a compile runs
             for _ in range(count):
-                check_ranks_agree(plan, dist.group.WORLD)
-        result = {"seconds": time.monotonic() - start}
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts on it
-        result = {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        dist.destroy_process_group()
-    with open(f"{out}/rank{rank}.json", "w") as f:
-        json.dump(result, f)
+                check_ranks_agree(SimpleNamespace(decisions=decisions), dist.group.WORLD)
+        return {"seconds": time.monotonic() - start}
+
+    report(out, rank, gather)
 
 
 def test_plan_checks_across_ranks_never_deadlock_under_the_python_dispatcher(tmp_path):

@@ -18,7 +18,8 @@ import remat
 from remat.explain import explain_all
 from remat.step import Slot, StepLedger
 from remat.units import MIB as MiB
-from ranks import TIMEOUT, run as run_ranks
+from ranks import TIMEOUT, report
+from ranks import run as run_ranks
 
 AOT = {"inner": "aot_eager"}
 
@@ -176,23 +177,20 @@ def test_ddp_buckets_share_one_byte_budget(one_rank_group):
 def ddp_worker(rank, world, out):
     # a file store in the test's own folder: no port another process could take between choosing and binding it
     dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world, timeout=TIMEOUT)
-    try:
+
+    def step():
         model = DDP(Blocks(), bucket_cap_mb=1, gradient_as_bucket_view=True)
         # partition= makes every graph compare its plan across the ranks (remat/plan/agree.py) as it compiles
         options = {"memory_budget": 12 * MiB, "partition": "world", **AOT}
         train_step(torch.compile(model, backend="remat", options=options), torch.randn(1024, 128))
         plans = remat.recent_plans()
-        result = {
+        return {
             "fingerprints": [p.fingerprint() for p in plans],
             "shares": [list(dataclasses.astuple(p.step_share)) for p in plans],
             "grads": [p.grad.flatten()[:8].tolist() for p in model.parameters()],
         }
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts on it
-        result = {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        dist.destroy_process_group()
-    with open(f"{out}/rank{rank}.json", "w") as f:
-        json.dump(result, f)
+
+    report(out, rank, step)
 
 
 def test_ranks_split_the_step_budget_alike(tmp_path):
