@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -81,6 +82,8 @@ def run(worker, *args, world: int = 2, deadline_s: float = DEADLINE_S, report_s:
         if not reported:
             raise
         pytest.fail("\n".join([str(error), *reported]), pytrace=False)
+    finally:
+        shutil.rmtree(stacks, ignore_errors=True)
     return reported
 
 
