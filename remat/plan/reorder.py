@@ -43,6 +43,8 @@ def peak_order(
         return list(order)
     kernels = _Kernels(a, nodes, inside, outputs, memo, order, through)
     given = kernels.estimate(range(len(nodes)))
+    if given <= kernels.floor():
+        return list(order)  # no order's estimate is lower: the given one stays, as in inductor
     greedy = kernels.least_peak_first(given)
     if greedy is None or kernels.estimate(greedy) >= given:
         return list(order)
@@ -112,7 +114,8 @@ def _kernel_nodes(nodes: list[int], groups: Sequence[tuple[int, ...]]) -> list[t
 
 class _Kernels:
     """One module's kernels (indices into `nodes`) with the buffers each reads and writes, as inductor's memory
-    planning sees them (memory.py: MemoryPlanningInfoForNode / ForBuffer)."""
+    planning sees them (memory.py: MemoryPlanningInfoForNode / ForBuffer). What each kernel waits for (`preds`,
+    `succs`) is found when first read: the estimate of the given order needs only the buffers."""
 
     def __init__(
         self,
@@ -133,27 +136,21 @@ class _Kernels:
         self.member = member = bytearray(n)
         for i in order:
             member[i] = 1
-        after = self._after(a, order, position, through)
+        self._graph = (a, nodes, order, position, through)
+        self._links: tuple[list[set[int]], list[list[int]]] | None = None
         self.size = nbytes  # bytes per buffer (storage owner)
         self.reads: list[tuple[int, ...]] = []  # per kernel: the counted buffers it reads
         self.writes: list[tuple[int, ...]] = []  # per kernel: the buffers it allocates
-        self.preds: list[set[int]] = []
-        self.succs: list[list[int]] = []  # per kernel: the kernels that wait for it, in order
         self.readers: dict[int, list[int]] = {}
         self.outputs = outputs
-        distinct, readers, succs = a.distinct, self.readers, self.succs
+        readers = self.readers
         # per storage: 1 for a buffer of the module or an input it may free (a saved activation; never a parameter),
         # 0 for one it does not count, 2 until known
         counted = bytearray(b"\x02") * n
-        expand, reads, writes, all_preds = fusion.expand, self.reads, self.writes, self.preds
+        expand, reads, writes = fusion.expand, self.reads, self.writes
         for k, kernel in enumerate(nodes):
             buffers: dict[int, None] = {}
-            preds: set[int] = set()
             for i in kernel:
-                for j in distinct[i]:
-                    found = after[j]
-                    if found is not None:
-                        preds.update(found)
                 expanded = memo.get(i)
                 for j in expanded if expanded is not None else expand(a, i, inside, memo):
                     o = storage[j]
@@ -162,22 +159,56 @@ class _Kernels:
                         keep = counted[o] = bool(nbytes[o]) and (position[o] >= 0 or instances[o] >= 0)
                     if keep:
                         buffers[o] = None
-            preds.discard(k)
             reads.append(tuple(buffers))
             for o in buffers:
                 if o in readers:
                     readers[o].append(k)
                 else:
                     readers[o] = [k]
-            all_preds.append(preds)
-            succs.append([])
-            for p in preds:
-                succs[p].append(k)
             if len(kernel) == 1:
                 writes.append(kernel if allocates[kernel[0]] else ())
             else:
                 writes.append(tuple(i for i in kernel if allocates[i]))
         self.produced = {o for w in writes for o in w}
+
+    @property
+    def preds(self) -> list[set[int]]:
+        """Per kernel: the kernels it waits for."""
+        return self._dependencies()[0]
+
+    @property
+    def succs(self) -> list[list[int]]:
+        """Per kernel: the kernels that wait for it, in order."""
+        return self._dependencies()[1]
+
+    def _dependencies(self) -> tuple[list[set[int]], list[list[int]]]:
+        if self._links is None:
+            a, nodes, order, position, through = self._graph
+            after = self._after(a, order, position, through)
+            distinct = a.distinct
+            all_preds: list[set[int]] = []
+            succs: list[list[int]] = [[] for _ in nodes]
+            for k, kernel in enumerate(nodes):
+                preds: set[int] = set()
+                for i in kernel:
+                    for j in distinct[i]:
+                        found = after[j]
+                        if found is not None:
+                            preds.update(found)
+                preds.discard(k)
+                all_preds.append(preds)
+                for p in preds:
+                    succs[p].append(k)
+            self._links = (all_preds, succs)
+        return self._links
+
+    def floor(self) -> int:
+        """What every order's estimate reaches: the inputs the module may free, live before its first kernel, and
+        the outputs it allocates, live after its last."""
+        return max(
+            sum(self.size[o] for o in self.readers if o not in self.produced),
+            sum(self.size[o] for o in self.produced if self.outputs[o]),
+        )
 
     @staticmethod
     def _after(a, order: Sequence[int], position: list[int], through: bytearray) -> list[tuple[int, ...] | None]:
