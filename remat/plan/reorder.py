@@ -202,13 +202,17 @@ class _Kernels:
             self._links = (all_preds, succs)
         return self._links
 
-    def floor(self) -> int:
-        """What every order's estimate reaches: the inputs the module may free, live before its first kernel, and
-        the outputs it allocates, live after its last."""
-        return max(
+    def _ends(self) -> tuple[int, int]:
+        """(bytes live before the first kernel: the inputs the module may free; bytes live after the last: the
+        outputs it allocates), whatever the order."""
+        return (
             sum(self.size[o] for o in self.readers if o not in self.produced),
             sum(self.size[o] for o in self.produced if self.outputs[o]),
         )
+
+    def floor(self) -> int:
+        """What every order's estimate reaches: the larger of the two ends (_ends)."""
+        return max(self._ends())
 
     @staticmethod
     def _after(a, order: Sequence[int], position: list[int], through: bytearray) -> list[tuple[int, ...] | None]:
@@ -272,8 +276,8 @@ class _Kernels:
                 if outdegree.setdefault(o, outputs[o]) == 0:
                     frees += size[o]
             net[k] = alloc[k] - frees
-        live = sum(size[o] for o in self.readers if o not in self.produced)
-        peak = max(live, sum(size[o] for o in self.produced if self.outputs[o]))
+        live, kept = self._ends()
+        peak = max(live, kept)
         groups: dict[int, list[tuple[int, int]]] = {}  # allocation -> heap of (net, kernel)
         is_ready = bytearray(len(reads))
         for k in range(len(reads)):
