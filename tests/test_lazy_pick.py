@@ -1,7 +1,7 @@
 """A pick simulates only the candidates its answer may depend on (evaluate.pick, Scored.floor): on seeded random
-graphs, under the fusing (inductor) and eager inner models and with transfers, the floor never exceeds a simulated
-peak, and the lazy pick returns the member that simulating every candidate returns, at every budget, with fewer
-simulations."""
+graphs, under the fusing (inductor) and eager inner models, with transfers and with the contiguous arena, the floor
+(bounds.floor) never exceeds a simulated peak, and the lazy pick returns the member that simulating every candidate
+returns, at every budget, with fewer simulations."""
 
 import functools
 import warnings
@@ -14,7 +14,7 @@ from remat.explain import capture_joints
 from remat.pipeline import plan_joint
 from remat.plan.evaluate import Evaluator, pick
 from remat.plan.family import heuristic_family
-from remat.plan.simulate import saved_floor
+from remat.plan.bounds import floor, saved_floor
 
 SEEDS = [pytest.param(seed, marks=pytest.mark.slow) if seed >= 2 else seed for seed in range(12)]
 
@@ -41,10 +41,18 @@ def reference(family, budget: int) -> int:
 @pytest.mark.parametrize("inner", ["inductor", "aot_eager"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_lazy_pick_returns_what_simulating_every_member_returns(seed, inner):
-    p = problem(seed, inner)
+    check_lazy_pick(problem(seed, inner))
+
+
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_lazy_pick_with_the_arena_returns_what_simulating_every_member_returns(seed):
+    check_lazy_pick(problem(seed, "inductor", contiguous=True))
+
+
+def check_lazy_pick(p) -> None:
     full = heuristic_family(Evaluator(p))
     for member in full:
-        assert saved_floor(p, member.resolved) <= member.peak
+        assert floor(p, member.resolved) <= member.peak
     least, base = min(m.peak for m in full), max(m.peak for m in full)
     budgets = [0, least - 1, least, *(least + k * (base - least) // 7 for k in range(1, 8)), base + 1]
     simulated, distinct = [], len({m.resolved for m in full})
@@ -52,7 +60,7 @@ def test_lazy_pick_returns_what_simulating_every_member_returns(seed, inner):
         evaluator = Evaluator(p)  # a fresh one per budget, as each compile has
         family = heuristic_family(evaluator)
         chosen = pick(family, budget)
-        assert chosen is family[reference(full, budget)], (seed, inner, budget)
+        assert chosen is family[reference(full, budget)], budget
         simulated.append(len(evaluator._memo))
     assert all(n <= distinct for n in simulated)
     assert sum(simulated) < len(budgets) * distinct, "the floor spared no simulation on this graph"
@@ -60,10 +68,15 @@ def test_lazy_pick_returns_what_simulating_every_member_returns(seed, inner):
 
 @pytest.mark.parametrize("options", [{"offload": True}, {"contiguous": True}], ids=["offload", "contiguous"])
 @pytest.mark.parametrize("seed", SEEDS[:3])
-def test_saved_floor_bounds_the_peak_with_transfers(seed, options):
+def test_floor_bounds_the_peak_with_transfers(seed, options):
     p = problem(seed, "inductor", **options)
+    raised = 0
     for member in heuristic_family(Evaluator(p)):
-        assert saved_floor(p, member.resolved) <= member.peak
+        saved, bound = saved_floor(p, member.resolved), floor(p, member.resolved)
+        assert saved <= bound <= member.peak
+        raised += bound > saved
+    if options.get("contiguous"):  # the arena and a backward library call's needs: above the saved bytes
+        assert p.library_calls and raised, "the arena floor never rose above the saved bytes"
 
 
 @pytest.mark.parametrize("inner", ["inductor", "aot_eager"])

@@ -15,7 +15,8 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterable, TypeVar
 
 from .problem import Problem, Resolved
-from .simulate import Lifetimes, Timeline, lifetimes, saved_floor, simulate
+from . import bounds
+from .simulate import Lifetimes, Timeline, lifetimes, simulate
 
 T = TypeVar("T")
 RECENT = 16  # lifetimes kept for the plans simulated last: a walk reads them again for the plan it moves to
@@ -24,7 +25,7 @@ RECENT = 16  # lifetimes kept for the plans simulated last: a walk reads them ag
 class Scored:
     """One plan an evaluator scored: the values chosen, the sets they resolve to, the recompute cost as the solvers
     weigh it (flops scaled by preferences) — and its simulated peak and saved bytes, simulated when first read.
-    `floor` bounds the peak from below without simulating (simulate.saved_floor), so a pick can pass over a plan
+    `floor` bounds the peak from below without simulating (bounds.floor), so a pick can pass over a plan
     that cannot meet its budget, or cannot be the least peak, unsimulated. `label`: the recipe or partition the
     plan reproduces ("per-block checkpoint"), "" for a solver's own; `bound`: a proved lower bound on the cost of
     any plan meeting the budget (optimal's MILP)."""
@@ -68,7 +69,7 @@ class Scored:
             assert self._evaluator is not None
             timeline = self._evaluator.timeline(self.resolved)
             self._peak, self._saved = timeline.peak_bytes, timeline.saved_bytes
-            assert self._floor <= self._peak, "simulate.saved_floor must bound the simulated peak from below"
+            assert self._floor <= self._peak, "bounds.floor must bound the simulated peak from below"
         return self._peak, self._saved
 
     def with_bound(self, bound: float | None) -> "Scored":
@@ -158,7 +159,7 @@ class Evaluator:
             return Scored(chosen, resolved, cost, timeline.peak_bytes, timeline.saved_bytes, label)
         floor = self._floors.get(resolved)
         if floor is None:
-            floor = self._floors[resolved] = saved_floor(self.problem, resolved)
+            floor = self._floors[resolved] = bounds.floor(self.problem, resolved)
         return Scored(chosen, resolved, self._cost(resolved), label=label, floor=floor, evaluator=self)
 
     def baseline(self) -> Scored:

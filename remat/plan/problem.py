@@ -16,7 +16,7 @@ from .. import _torch
 from ..annotate import PREFERENCE_SCALE, Constraints
 from ..capture import Graph, Role
 from ..runtime import table
-from . import pool
+from . import bounds, pool
 from .arrays import FORWARD, PRIMAL, Arrays, arrays
 from .replication import rank_local
 from .transfer import Transfer, eligible, hides_offload
@@ -139,6 +139,11 @@ class Problem:
         (pool.allocated_by_inductor, pool.reuse)."""
         graph, fallbacks = self.graph, _torch.inductor_fallback_ops()
         return tuple(pool.allocated_by_inductor(graph, v, fallbacks) for v in graph.values)
+
+    @functools.cached_property
+    def library_calls(self) -> tuple[bounds.Call, ...]:
+        """The backward library calls the arena floor counts (bounds.library_calls): a fact of the graph."""
+        return bounds.library_calls(self)
 
     @functools.cached_property
     def excluded_storages(self) -> frozenset[int]:

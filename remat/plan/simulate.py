@@ -70,16 +70,6 @@ class Lifetimes:
     arena: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
 
-def saved_floor(problem: Problem, resolved: Resolved) -> int:
-    """A lower bound on the plan's simulated peak, without simulating it: the bytes of the saved storages the device
-    keeps (every one is allocated in forward and read in backward, so all are live together as the forward ends).
-    Those that leave the device and the gradients the step returns are left out."""
-    a = problem.arrays
-    excluded, leaving = problem.excluded_storages, resolved.sharded | resolved.offloaded
-    owners = {a.storage[a.index[s]] for s in resolved.saved if s not in leaving}
-    return sum(a.nbytes[o] for o in owners if a.allocates[o] and a.instances[o] >= 0 and o not in excluded)
-
-
 def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     """Live intervals of every storage the step allocates under a plan. Parameters, inputs, tangents and the
     gradients the step returns are left out."""

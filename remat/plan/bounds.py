@@ -1,0 +1,97 @@
+"""Lower bounds on a plan's simulated peak (simulate.py), found without simulating it: `evaluate.pick` passes over a
+plan whose bound is above its budget, and the least-peak search over one whose bound is above the least peak found.
+
+- Every plan: the saved storages the device keeps are all allocated in forward and read in backward, so all are
+  live together as the forward ends (saved_floor).
+- contiguous=True: the arena is live for the whole step (arena.pack), so at the step of any backward library call
+  the arena is live together with what that call needs (arena_floor). A library call (an opaque op: a matmul,
+  attention's backward, a fallback) is never computed inside another kernel, never writes its output over a buffer
+  it reads, and makes buffers no loop writes over an arena slot; so its outputs and scratch are live at its step,
+  and so are the buffers such calls made that it reads: gradients, and forward values it reads recomputed (saved
+  ones are in the arena).
+
+Pure functions of the graph facts and the plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from ..runtime.table import arena_slot_bytes
+from .arrays import BACKWARD, FORWARD
+from .fusion import OPAQUE
+from .transfer import packed
+
+if TYPE_CHECKING:
+    from .problem import Problem, Resolved
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """A backward library call, as the arena floor counts it."""
+
+    live: int  # bytes live at its step in every plan: its outputs, its scratch, the gradients it reads
+    recomputed: tuple[int, ...]  # forward storages it reads that library calls make: live when recomputed
+
+
+def saved_floor(problem: Problem, resolved: Resolved) -> int:
+    """The bytes of the saved storages the device keeps (every one is live as the forward ends). Those that leave
+    the device and the gradients the step returns are left out."""
+    a = problem.arrays
+    excluded, leaving = problem.excluded_storages, resolved.sharded | resolved.offloaded
+    owners = {a.storage[a.index[s]] for s in resolved.saved if s not in leaving}
+    return sum(a.nbytes[o] for o in owners if a.allocates[o] and a.instances[o] >= 0 and o not in excluded)
+
+
+def floor(problem: Problem, resolved: Resolved) -> int:
+    """The best lower bound on the plan's simulated peak this module finds."""
+    found = saved_floor(problem, resolved)
+    if problem.transfer.contiguous:
+        found = max(found, arena_floor(problem, resolved))
+    return found
+
+
+def arena_floor(problem: Problem, resolved: Resolved) -> int:
+    """contiguous=True: the arena's bytes plus the most any backward library call needs live at its step
+    (Problem.library_calls), as the simulation counts them."""
+    a = problem.arrays
+    nbytes = a.nbytes
+    stored = packed(problem.graph, resolved.saved, resolved.moves)
+    arena = sum(arena_slot_bytes(nbytes[a.index[name]]) for name in stored)
+    recomputed = {a.index[name] for name in resolved.recomputed}
+    most = 0
+    for call in problem.library_calls:
+        need = call.live + sum(nbytes[o] for o in call.recomputed if o in recomputed)
+        if need > most:
+            most = need
+    return arena + most
+
+
+def library_calls(problem: Problem) -> tuple[Call, ...]:
+    """The backward library calls of the graph (each distinct Call once): the backward nodes every plan runs that
+    are opaque ops, not views, and not an mm that inductor may compute inside an addmm."""
+    a = problem.arrays
+    excluded = problem.excluded_storages
+    role, storage, nbytes, kinds = a.role, a.storage, a.nbytes, a.kinds
+
+    def counted(o: int) -> bool:
+        return a.allocates[o] and a.instances[o] >= 0 and nbytes[o] > 0 and o not in excluded
+
+    calls: dict[Call, None] = {}
+    for i in problem.backward_positions:
+        if role[i] != BACKWARD or kinds[i] != OPAQUE or a.is_view[i] or a.folds[i] >= 0:
+            continue
+        live = {m: nbytes[m] for m in (i, *a.getitems[i]) if role[m] == BACKWARD and counted(m)}  # outputs
+        recomputed: list[int] = []
+        for j in a.distinct[i]:
+            o = storage[j]
+            if o in live or kinds[o] != OPAQUE or not counted(o):
+                continue
+            if role[o] == BACKWARD:
+                live[o] = nbytes[o]
+            elif role[o] == FORWARD and o not in recomputed:
+                recomputed.append(o)
+        scratch = nbytes[a.workspace[i]] if a.workspace[i] >= 0 else 0
+        calls[Call(sum(live.values()) + scratch, tuple(recomputed))] = None
+    return tuple(calls)
