@@ -5,10 +5,10 @@ plan whose bound is above its budget, and the least-peak search over one whose b
   live together as the forward ends (saved_floor).
 - contiguous=True: the arena is live for the whole step (arena.pack), so at the step of any backward library call
   the arena is live together with what that call needs (arena_floor). A library call (an opaque op: a matmul,
-  attention's backward, a fallback) is never computed inside another kernel, never writes its output over a buffer
-  it reads, and makes buffers no loop writes over an arena slot; so its outputs and scratch are live at its step,
-  and so are the buffers such calls made that it reads: gradients, and forward values it reads recomputed (saved
-  ones are in the arena).
+  attention's backward, a fallback) is never computed inside another kernel and never writes its output over a
+  buffer (fusion.in_place: only loops do, and a loop writing over a packed value writes into its arena slot). So at
+  its step its outputs and scratch are live, and so are the buffers of other library calls that it reads: gradients,
+  and the forward values it reads where they are recomputed (saved ones are in the arena).
 
 Pure functions of the graph facts and the plan.
 """
