@@ -39,9 +39,21 @@ def saved_floor(problem: Problem, resolved: Resolved) -> int:
     """The bytes of the saved storages the device keeps (every one is live as the forward ends). Those that leave
     the device and the gradients the step returns are left out."""
     a = problem.arrays
-    excluded, leaving = problem.excluded_storages, resolved.sharded | resolved.offloaded
+    leaving = resolved.sharded | resolved.offloaded
     owners = {a.storage[a.index[s]] for s in resolved.saved if s not in leaving}
-    return sum(a.nbytes[o] for o in owners if a.allocates[o] and a.instances[o] >= 0 and o not in excluded)
+    return sum(a.nbytes[o] for o in owners if _counted(problem, o))
+
+
+def _counted(problem: Problem, owner: int) -> bool:
+    """Whether the simulation counts storage `owner`: it has bytes, is an activation (not an input, a tangent or
+    another uncounted storage) and is no gradient the step returns."""
+    a = problem.arrays
+    return (
+        a.allocates[owner]
+        and a.nbytes[owner] > 0
+        and a.instances[owner] >= 0
+        and owner not in problem.excluded_storages
+    )
 
 
 def floor(problem: Problem, resolved: Resolved) -> int:
@@ -60,33 +72,25 @@ def arena_floor(problem: Problem, resolved: Resolved) -> int:
     stored = packed(problem.graph, resolved.saved, resolved.moves)
     arena = sum(arena_slot_bytes(nbytes[a.index[name]]) for name in stored)
     recomputed = {a.index[name] for name in resolved.recomputed}
-    most = 0
-    for call in problem.library_calls:
-        need = call.live + sum(nbytes[o] for o in call.recomputed if o in recomputed)
-        if need > most:
-            most = need
-    return arena + most
+    needs = (call.live + sum(nbytes[o] for o in call.recomputed if o in recomputed) for call in problem.library_calls)
+    return arena + max(needs, default=0)
 
 
 def library_calls(problem: Problem) -> tuple[Call, ...]:
     """The backward library calls of the graph (each distinct Call once): the backward nodes every plan runs that
     are opaque ops, not views, and not an mm that inductor may compute inside an addmm."""
     a = problem.arrays
-    excluded = problem.excluded_storages
     role, storage, nbytes, kinds = a.role, a.storage, a.nbytes, a.kinds
-
-    def counted(o: int) -> bool:
-        return a.allocates[o] and a.instances[o] >= 0 and nbytes[o] > 0 and o not in excluded
 
     calls: dict[Call, None] = {}
     for i in problem.backward_positions:
         if role[i] != BACKWARD or kinds[i] != OPAQUE or a.is_view[i] or a.folds[i] >= 0:
             continue
-        live = {m: nbytes[m] for m in (i, *a.getitems[i]) if role[m] == BACKWARD and counted(m)}  # outputs
+        live = {m: nbytes[m] for m in (i, *a.getitems[i]) if role[m] == BACKWARD and _counted(problem, m)}  # outputs
         recomputed: list[int] = []
         for j in a.distinct[i]:
             o = storage[j]
-            if o in live or kinds[o] != OPAQUE or not counted(o):
+            if o in live or kinds[o] != OPAQUE or not _counted(problem, o):
                 continue
             if role[o] == BACKWARD:
                 live[o] = nbytes[o]

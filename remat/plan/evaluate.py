@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, TypeVar
 
-from .problem import Problem, Resolved
 from . import bounds
+from .problem import Problem, Resolved
 from .simulate import Lifetimes, Timeline, lifetimes, simulate
 
 T = TypeVar("T")
