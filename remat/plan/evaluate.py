@@ -11,15 +11,13 @@ and how long an exact solver may search.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Callable, Iterable, TypeVar
 
 from . import bounds
 from .problem import Problem, Resolved
-from .simulate import Lifetimes, Timeline, lifetimes, simulate
+from .simulate import Timeline, simulate
 
 T = TypeVar("T")
-RECENT = 16  # lifetimes kept for the plans simulated last: a walk reads them again for the plan it moves to
 
 
 class Scored:
@@ -99,7 +97,6 @@ class Evaluator:
         self._walks: dict[frozenset[int], Resolved] = {}
         self._floors: dict[Resolved, int] = {}
         self._costs: dict[Resolved, float] = {}
-        self._recent: OrderedDict[Resolved, Lifetimes] = OrderedDict()
         self._families: dict[str, Any] = {}
         self._variants: dict[str, Evaluator] = {}
 
@@ -116,20 +113,10 @@ class Evaluator:
     def timeline(self, resolved: Resolved) -> Timeline:
         return self._entry(resolved)[1]
 
-    def lifetimes(self, resolved: Resolved) -> Lifetimes:
-        """The plan's live intervals (simulate.lifetimes), kept for the RECENT plans simulated last."""
-        life = self._recent.get(resolved)
-        if life is None:
-            life = lifetimes(self.problem, resolved)
-            self._recent[resolved] = life
-            if len(self._recent) > RECENT:
-                self._recent.popitem(last=False)
-        return life
-
     def _entry(self, resolved: Resolved) -> tuple[float, Timeline]:
         hit = self._memo.get(resolved)
         if hit is None:
-            hit = (self._cost(resolved), simulate(self.problem, resolved, self.lifetimes(resolved)))
+            hit = (self._cost(resolved), simulate(self.problem, resolved))
             self._memo[resolved] = hit
         return hit
 

@@ -119,12 +119,8 @@ def held_at_peak(evaluator: Evaluator, timeline: Timeline, resolved: Resolved) -
     if timeline.peak_step < timeline.num_forward or not resolved.recomputed:
         return []
     problem = evaluator.problem
-    names, p = problem.arrays.names, timeline.peak_step
-    live = {
-        names[owner]
-        for owner, first, last in evaluator.lifetimes(resolved).spans
-        if timeline.num_forward <= first <= p <= last
-    }
+    names = problem.arrays.names
+    live = {names[owner] for owner in timeline.backward_at_peak}
     return [n for n in problem.candidates if n in live and n in resolved.recomputed]
 
 

@@ -34,6 +34,9 @@ class Timeline:
     saved_bytes: int
     num_forward: int
     saved_spans: Mapping[str, tuple[int, int]]  # saved value → (allocating step, last step that reads it)
+    # storages allocated in backward (recomputed values, gradients, temporaries) and live at the peak step, by owner
+    # position; empty when the peak is in forward
+    backward_at_peak: frozenset[int] = dataclasses.field(default=frozenset(), repr=False)
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -337,7 +340,7 @@ def _rng_spans(problem: Problem, resolved: Resolved, fw: list[int], bw: list[int
 
 
 def simulate(problem: Problem, resolved: Resolved, life: Lifetimes | None = None) -> Timeline:
-    """The plan's memory timeline; `life`: its lifetimes when already computed (the Evaluator keeps recent ones)."""
+    """The plan's memory timeline; `life`: its lifetimes when already computed."""
     a = problem.arrays
     life = life or lifetimes(problem, resolved)
     steps = life.fw + life.bw
@@ -352,6 +355,13 @@ def simulate(problem: Problem, resolved: Resolved, life: Lifetimes | None = None
     delta[0] += sum(size for _, size in life.arena)  # the arena: held for the whole step
     live = tuple(itertools.accumulate(delta[:-1]))
     peak = max(live, default=0)
+    peak_step = live.index(peak) if live else 0
+    num_fw = len(life.fw)
+    at_peak = (
+        frozenset(owner for owner, first, final in life.spans if num_fw <= first <= peak_step <= final)
+        if peak_step >= num_fw
+        else frozenset()
+    )
     leaving = resolved.sharded | resolved.offloaded  # their saved bytes are the extra spans' kept forms
     saved_bytes = sum(nbytes[a.index[s]] for s in life.saved_spans if s not in leaving) + sum(
         s[0] for s in life.extra_spans
@@ -362,8 +372,9 @@ def simulate(problem: Problem, resolved: Resolved, life: Lifetimes | None = None
         resolved.recomputed,
         live,
         peak,
-        live.index(peak) if live else 0,
+        peak_step,
         saved_bytes,
-        len(life.fw),
+        num_fw,
         types.MappingProxyType(life.saved_spans),
+        at_peak,
     )
