@@ -27,6 +27,12 @@ class Edges:
         self.size = size
         self.tails = np.asarray(tails, dtype=np.int32)
         self.heads = np.asarray(heads, dtype=np.int32)
+        # The network's CSR layout, the same for every cut: edges sorted by (tail, head), as a CSR matrix built from
+        # them holds its entries; each edge's key (tail * size + head) finds its entry in the flow scipy returns.
+        self._order = np.lexsort((self.heads, self.tails))
+        self._indices = self.heads[self._order]
+        self._indptr = np.concatenate([[0], np.cumsum(np.bincount(self.tails, minlength=size))]).astype(np.int32)
+        self._keys = self.tails.astype(np.int64) * size + self.heads
 
     def source_side(self, capacities: np.ndarray, bound: int, source: int, sink: int) -> np.ndarray | None:
         """Per node, whether it is on the source side of the least minimum cut under `capacities` (int64 per edge,
@@ -36,9 +42,17 @@ class Edges:
             return None
         caps = np.minimum(capacities, bound)
         shape = (self.size, self.size)
-        network = csr_matrix((caps.astype(np.int32), (self.tails, self.heads)), shape=shape)
+        network = csr_matrix((caps[self._order].astype(np.int32), self._indices, self._indptr), shape=shape)
         result = maximum_flow(network, source, sink, method="dinic")
-        flows = np.asarray(result.flow[self.tails, self.heads], dtype=np.int64).ravel()
+        flow = result.flow  # CSR: every edge, and the reverse of each
+        if not flow.has_sorted_indices:
+            flow = flow.sorted_indices()
+        rows = np.repeat(np.arange(self.size, dtype=np.int64), np.diff(flow.indptr))
+        keys = rows * self.size + flow.indices
+        at = np.minimum(np.searchsorted(keys, self._keys), len(keys) - 1)
+        if len(keys) == 0 or (keys[at] != self._keys).any():
+            return None  # an edge missing from the flow: not the layout this reading assumes
+        flows = np.asarray(flow.data[at], dtype=np.int64)
         net = np.bincount(self.tails, flows, self.size) - np.bincount(self.heads, flows, self.size)
         inner = np.ones(self.size, dtype=bool)
         inner[[source, sink]] = False
@@ -51,17 +65,11 @@ class Edges:
             or value >= bound
         ):
             return None
-        forward, backward = caps > flows, flows > 0
-        residual = csr_matrix(
-            (
-                np.ones(int(forward.sum() + backward.sum()), dtype=np.int8),
-                (
-                    np.concatenate([self.tails[forward], self.heads[backward]]),
-                    np.concatenate([self.heads[forward], self.tails[backward]]),
-                ),
-            ),
-            shape=shape,
-        )
+        # the residual network: an edge where flow is below its capacity, its reverse where flow runs
+        left = -np.asarray(flow.data, dtype=np.int64)  # a reverse entry: 0 - (-flow)
+        left[at] += caps
+        residual = csr_matrix(((left > 0).astype(np.int8), flow.indices, flow.indptr), shape=shape)
+        residual.eliminate_zeros()
         reached = np.zeros(self.size, dtype=bool)
         reached[breadth_first_order(residual, source, directed=True, return_predecessors=False)] = True
         return None if reached[sink] else reached
