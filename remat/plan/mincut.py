@@ -116,8 +116,8 @@ def held(problem: Problem) -> Held:
 def held_at_peak(evaluator: Evaluator, timeline: Timeline, resolved: Resolved) -> list[str]:
     """The recomputed values whose backward copy is live at the simulated peak (held from their recomputation to
     their last reader, a backward node or a later recomputation), in schedule order."""
-    if timeline.peak_step < timeline.num_forward or not resolved.recomputed:
-        return []
+    if not timeline.backward_at_peak or not resolved.recomputed:
+        return []  # a peak in forward holds no backward storage
     problem = evaluator.problem
     names = problem.arrays.names
     live = {names[owner] for owner in timeline.backward_at_peak}

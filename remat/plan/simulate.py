@@ -339,10 +339,10 @@ def _rng_spans(problem: Problem, resolved: Resolved, fw: list[int], bw: list[int
     return spans
 
 
-def simulate(problem: Problem, resolved: Resolved, life: Lifetimes | None = None) -> Timeline:
-    """The plan's memory timeline; `life`: its lifetimes when already computed."""
+def simulate(problem: Problem, resolved: Resolved) -> Timeline:
+    """The plan's memory timeline."""
     a = problem.arrays
-    life = life or lifetimes(problem, resolved)
+    life = lifetimes(problem, resolved)
     steps = life.fw + life.bw
     delta = [0] * (len(steps) + 1)
     nbytes = a.nbytes
