@@ -1,20 +1,23 @@
-"""A pick simulates only the candidates its answer may depend on (evaluate.pick, Scored.floor): on seeded random
-graphs, under the fusing (inductor) and eager inner models, with transfers and with the contiguous arena, the floor
-(bounds.floor) never exceeds a simulated peak, and the lazy pick returns the member that simulating every candidate
-returns, at every budget, with fewer simulations."""
+"""A pick simulates only the candidates its answer may depend on (evaluate.pick, Scored.floor, Scored.exceeds): on
+seeded random graphs, under the fusing (inductor) and eager inner models, with transfers and with the contiguous
+arena, the floors (bounds.floor, bounds.backward_floor) never exceed a simulated peak, and the lazy pick returns the
+member that simulating every candidate returns, at every budget, with fewer simulations."""
 
 import functools
 import warnings
+from unittest import mock
 
 import pytest
 
 from random_graphs import random_model
+from remat import zoo
 from remat.config import RematConfig
 from remat.explain import capture_joints
 from remat.pipeline import plan_joint
-from remat.plan.evaluate import Evaluator, pick
+from remat.plan.evaluate import Evaluator, least_peak, pick
 from remat.plan.family import heuristic_family
-from remat.plan.bounds import floor, saved_floor
+from remat.plan import bounds
+from remat.plan.bounds import backward_floor, floor, saved_floor
 
 SEEDS = [pytest.param(seed, marks=pytest.mark.slow) if seed >= 2 else seed for seed in range(12)]
 
@@ -53,6 +56,7 @@ def check_lazy_pick(p) -> None:
     full = heuristic_family(Evaluator(p))
     for member in full:
         assert floor(p, member.resolved) <= member.peak
+        assert backward_floor(p, member.resolved) <= member.peak
     least, base = min(m.peak for m in full), max(m.peak for m in full)
     budgets = [0, least - 1, least, *(least + k * (base - least) // 7 for k in range(1, 8)), base + 1]
     simulated, distinct = [], len({m.resolved for m in full})
@@ -117,3 +121,44 @@ def test_an_evaluator_of_a_problem_resolving_otherwise_keeps_its_own_table():
     assert other._walks is not evaluator._walks
     assert other.score(()).resolved.offloaded == {name}
     assert evaluator.score(()).resolved.offloaded == frozenset()
+
+
+@functools.lru_cache(maxsize=None)
+def llama_problem(inner: str, **options):
+    """A 2-layer Llama-style decoder's joint graph, planned without a budget."""
+    config = zoo.GPTConfig(vocab=64, n_layer=2, d_model=64, n_head=2, seq_len=32, dropout=0.0)
+    idx, targets = zoo.make_gpt_batch(config, batch=2)
+    loss = functools.partial(zoo.gpt_loss, zoo.Llama(config, seed=0))
+    (captured,) = capture_joints(loss, idx, targets, inner="inductor")
+    config = RematConfig(memory_budget=None, inner=inner, **options)
+    return plan_joint(captured.joint, captured.num_fwd_outputs, config).problem
+
+
+@pytest.mark.parametrize(
+    ("inner", "options"),
+    [("inductor", {}), ("aot_eager", {}), ("inductor", {"contiguous": True})],
+    ids=["inductor", "aot_eager", "contiguous"],
+)
+def test_backward_floor_sees_recomputation_and_spares_simulations(inner, options):
+    """The plan recomputing everything it may recomputes the forward ahead of the first backward matmul, and much of
+    it waits for later backward matmuls: the backward floor (what is live at a backward library call in every
+    order) is above its saved bytes, and no higher than its simulated peak. Asked only where the first floor does not
+    settle a pick, it spares simulations of a Llama-style decoder's family and changes no answer: the least peak and
+    each budget's pick are those made without it."""
+    p = llama_problem(inner, **options)
+    everything = Evaluator(p).score(p.choosable)
+    assert floor(p, everything.resolved) < backward_floor(p, everything.resolved) <= everything.peak
+    without = Evaluator(p)
+    with mock.patch.object(bounds, "backward_floor", lambda *args: 0):
+        family = heuristic_family(without)
+        full = [m.peak for m in family]
+        least = least_peak(family)
+        budgets = [least.peak, (least.peak + everything.peak) // 2, max(full)]
+        expected = [least, *(pick(family, b) for b in budgets)]
+    evaluator = Evaluator(p)
+    family = heuristic_family(evaluator)
+    found = [least_peak(family), *(pick(family, b) for b in budgets)]
+    assert [(m.chosen, m.peak, m.cost) for m in found] == [(m.chosen, m.peak, m.cost) for m in expected]
+    assert len(evaluator._memo) < len(without._memo), "the backward floor spared no simulation"
+    for member in family:
+        assert backward_floor(p, member.resolved) <= member.peak

@@ -9,6 +9,12 @@ plan whose bound is above its budget, and the least-peak search over one whose b
   buffer (fusion.in_place: only loops do, and a loop writing over a packed value writes into its arena slot). So at
   its step its outputs and scratch are live, and so are the buffers of other library calls that it reads: gradients,
   and the forward values it reads where they are recomputed (saved ones are in the arena).
+- Every plan, asked only where the bounds above do not settle a pick (backward_floor, Scored.exceeds): at the step of
+  a backward library call, a forward storage read by the call or by a backward node computed from its outputs is
+  still live if it is saved (read from its forward copy), or if it is recomputed by a library call the call is
+  computed from (its recomputation runs before the call and its reader after, in every order a module may run in).
+  A plan that saves little recomputes most of its forward ahead of the first backward matmul, and those outputs wait
+  for the weight gradients: its peak is far above its saved bytes, and this bound sees most of it.
 
 Pure functions of the graph facts and the plan.
 """
@@ -33,6 +39,19 @@ class Call:
 
     live: int  # bytes live at its step in every plan: its outputs, its scratch, the gradients it reads
     recomputed: tuple[int, ...]  # forward storages it reads that library calls make: live when recomputed
+
+
+@dataclasses.dataclass(frozen=True)
+class Later:
+    """A backward library call, as the backward floor counts it."""
+
+    position: int
+    live: int  # bytes live at its step in every plan (later_calls)
+    # the same, counting of the gradients only library calls' outputs: with contiguous=True a loop may write its
+    # output into the arena slot of a packed value it reads last (fusion.in_place), and the arena is counted whole
+    arena_live: int
+    reads: int  # bit per forward storage it or a backward node computed from its outputs reads
+    most: int  # live plus the bytes of every storage of `reads`: what the floor at its step can reach
 
 
 def saved_floor(problem: Problem, resolved: Resolved) -> int:
@@ -69,33 +88,187 @@ def arena_floor(problem: Problem, resolved: Resolved) -> int:
     (Problem.library_calls), as the simulation counts them."""
     a = problem.arrays
     nbytes = a.nbytes
-    stored = packed(problem.graph, resolved.saved, resolved.moves)
-    arena = sum(arena_slot_bytes(nbytes[a.index[name]]) for name in stored)
+    arena = _arena_bytes(problem, resolved)
     recomputed = {a.index[name] for name in resolved.recomputed}
     needs = (call.live + sum(nbytes[o] for o in call.recomputed if o in recomputed) for call in problem.library_calls)
     return arena + max(needs, default=0)
 
 
+def _arena_bytes(problem: Problem, resolved: Resolved) -> int:
+    """contiguous=True: the bytes of the arena's slots (the saved values it packs)."""
+    a = problem.arrays
+    stored = packed(problem.graph, resolved.saved, resolved.moves)
+    return sum(arena_slot_bytes(a.nbytes[a.index[name]]) for name in stored)
+
+
 def library_calls(problem: Problem) -> tuple[Call, ...]:
     """The backward library calls of the graph (each distinct Call once): the backward nodes every plan runs that
     are opaque ops, not views, and not an mm that inductor may compute inside an addmm."""
+    return tuple(dict.fromkeys(_call(problem, i) for i in _library_positions(problem)))
+
+
+def _library_positions(problem: Problem) -> list[int]:
+    """The backward nodes every plan runs that are library calls: opaque ops, not views, and not an mm that
+    inductor may compute inside an addmm."""
+    a = problem.arrays
+    role, kinds = a.role, a.kinds
+    return [
+        i
+        for i in problem.backward_positions
+        if role[i] == BACKWARD and kinds[i] == OPAQUE and not a.is_view[i] and a.folds[i] < 0
+    ]
+
+
+def _call(problem: Problem, i: int) -> Call:
     a = problem.arrays
     role, storage, nbytes, kinds = a.role, a.storage, a.nbytes, a.kinds
-
-    calls: dict[Call, None] = {}
-    for i in problem.backward_positions:
-        if role[i] != BACKWARD or kinds[i] != OPAQUE or a.is_view[i] or a.folds[i] >= 0:
+    live = {m: nbytes[m] for m in (i, *a.getitems[i]) if role[m] == BACKWARD and _counted(problem, m)}  # outputs
+    recomputed: list[int] = []
+    for j in a.distinct[i]:
+        o = storage[j]
+        if o in live or kinds[o] != OPAQUE or not _counted(problem, o):
             continue
-        live = {m: nbytes[m] for m in (i, *a.getitems[i]) if role[m] == BACKWARD and _counted(problem, m)}  # outputs
-        recomputed: list[int] = []
-        for j in a.distinct[i]:
-            o = storage[j]
-            if o in live or kinds[o] != OPAQUE or not _counted(problem, o):
-                continue
-            if role[o] == BACKWARD:
-                live[o] = nbytes[o]
-            elif role[o] == FORWARD and o not in recomputed:
-                recomputed.append(o)
+        if role[o] == BACKWARD:
+            live[o] = nbytes[o]
+        elif role[o] == FORWARD and o not in recomputed:
+            recomputed.append(o)
+    scratch = nbytes[a.workspace[i]] if a.workspace[i] >= 0 else 0
+    return Call(sum(live.values()) + scratch, tuple(recomputed))
+
+
+def later_calls(problem: Problem) -> tuple[Later, ...]:
+    """The backward library calls (as library_calls) with what is live at each in every plan — its outputs, its
+    scratch, and the gradients written out that it is computed from and that it or a backward node computed from its
+    outputs reads — and the forward storages read at or after it (backward_floor), the one that may need the most
+    first."""
+    a = problem.arrays
+    role, storage, nbytes, distinct = a.role, a.storage, a.nbytes, a.distinct
+    backward = [i for i in problem.backward_positions if role[i] == BACKWARD]
+    none = bytearray(len(a.names))
+    written = {  # gradients every plan writes out: library calls' outputs, and values a library call reads
+        o: None
+        for o in set(storage[i] for i in backward)
+        if role[o] == BACKWARD
+        and _counted(problem, o)
+        and ((a.kinds[o] == OPAQUE and a.folds[o] < 0) or _call_reads(a, o, none))
+    }
+    opaque = 0  # the library calls' outputs among them
+    for o in written:
+        if a.kinds[o] == OPAQUE:
+            opaque |= 1 << o
+    after: dict[int, int] = {}  # per backward node: bit per storage it or a node computed from it reads
+    for i in reversed(backward):
+        bits = 0
+        for j in distinct[i]:
+            bits |= 1 << storage[j]
+        for u in a.users[i]:
+            bits |= after.get(u, 0)
+        after[i] = bits
+    before: dict[int, int] = {}  # per backward node: bit per gradient written out it is computed from
+    for i in backward:
+        bits = 0
+        for j in distinct[i]:
+            if j in before:
+                bits |= before[j]
+                if storage[j] in written:
+                    bits |= 1 << storage[j]
+        before[i] = bits
+    forward = 0
+    for i in range(len(a.names)):
+        if role[i] == FORWARD and storage[i] == i:
+            forward |= 1 << i
+    calls = []
+    for i in _library_positions(problem):
+        outputs = sum(
+            nbytes[m] for m in dict.fromkeys((i, *a.getitems[i])) if role[m] == BACKWARD and _counted(problem, m)
+        )
         scratch = nbytes[a.workspace[i]] if a.workspace[i] >= 0 else 0
-        calls[Call(sum(live.values()) + scratch, tuple(recomputed))] = None
-    return tuple(calls)
+        live = outputs + scratch + _bytes(before[i] & after[i], nbytes)
+        arena_live = outputs + scratch + _bytes(before[i] & after[i] & opaque, nbytes)
+        reads = after[i] & forward
+        calls.append(Later(i, live, arena_live, reads, live + _bytes(reads, nbytes)))
+    return tuple(sorted(calls, key=lambda call: (-call.most, call.position)))
+
+
+def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int:
+    """The most live, over the backward library calls, at a call's step (module docstring): its own needs, the
+    saved storages the device keeps (contiguous=True: the arena instead, arena_floor) and the recomputed library
+    calls' storages it is computed from, read then or later. The largest such sum, or, once a sum exceeds `above`,
+    that sum."""
+    a = problem.arrays
+    calls = problem.later_calls
+    if not calls:
+        return 0
+    nbytes, storage, kinds, distinct = a.nbytes, a.storage, a.kinds, a.distinct
+    index = a.index
+    arena = problem.transfer.contiguous
+    loops = not arena  # whether a loop's output counts: none may be written into the arena (Later.arena_live)
+    recomputed = sorted(index[n] for n in resolved.recomputed)
+    is_recomputed = bytearray(len(a.names))
+    for i in recomputed:
+        is_recomputed[i] = 1
+    made: dict[int, int] = {}  # per recomputed or backward node: bit per recomputed library call's storage it needs
+    for i in recomputed:  # in graph order: what a node reads comes first
+        bits = 0
+        for j in distinct[i]:
+            if is_recomputed[j]:
+                bits |= made[j]
+        if (
+            storage[i] == i
+            and _counted(problem, i)
+            and (kinds[i] == OPAQUE or (loops and _call_reads(a, i, is_recomputed)))
+        ):
+            bits |= 1 << i
+        made[i] = bits
+    for i in problem.backward_positions:
+        bits = 0
+        for j in distinct[i]:
+            bits |= made.get(j, 0)
+        made[i] = bits
+    if arena:
+        kept, base = 0, _arena_bytes(problem, resolved)  # the saved values are in the arena's slots
+    else:
+        leaving = resolved.sharded | resolved.offloaded
+        kept, base = 0, 0
+        for name in resolved.saved:
+            if name not in leaving:
+                o = storage[index[name]]
+                if _counted(problem, o):
+                    kept |= 1 << o
+    best = 0
+    for call in calls:
+        if base + call.most <= best:
+            break  # sorted by `most`: no later call can need more
+        found = (
+            base + (call.arena_live if arena else call.live) + _bytes(call.reads & (kept | made[call.position]), nbytes)
+        )
+        if found > best:
+            best = found
+            if best > above >= 0:
+                break
+    return best
+
+
+def _call_reads(a, i: int, is_recomputed: bytearray) -> bool:
+    """Whether a library call of the backward module (a backward node or a recomputed one) reads storage `i`,
+    itself or through a view: inductor then writes it out (fusion.inlined computes a value inside its readers only
+    where all are loops)."""
+    for u in a.users[i]:
+        if a.role[u] != BACKWARD and not is_recomputed[u]:
+            continue
+        if a.is_view[u]:
+            if _call_reads(a, u, is_recomputed):
+                return True
+        elif a.kinds[u] == OPAQUE:
+            return True
+    return False
+
+
+def _bytes(bits: int, nbytes) -> int:
+    """The bytes of the storages whose bits are set."""
+    total = 0
+    while bits:
+        low = bits & -bits
+        total += nbytes[low.bit_length() - 1]
+        bits ^= low
+    return total

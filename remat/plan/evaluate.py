@@ -24,7 +24,8 @@ class Scored:
     """One plan an evaluator scored: the values chosen, the sets they resolve to, the recompute cost as the solvers
     weigh it (flops scaled by preferences) — and its simulated peak and saved bytes, simulated when first read.
     `floor` bounds the peak from below without simulating (bounds.floor), so a pick can pass over a plan
-    that cannot meet its budget, or cannot be the least peak, unsimulated. `label`: the recipe or partition the
+    that cannot meet its budget, or cannot be the least peak, unsimulated; `exceeds` asks a costlier bound
+    (bounds.backward_floor) where that one does not settle it. `label`: the recipe or partition the
     plan reproduces ("per-block checkpoint"), "" for a solver's own; `bound`: a proved lower bound on the cost of
     any plan meeting the budget (optimal's MILP)."""
 
@@ -61,6 +62,16 @@ class Scored:
         """The peak once simulated; before, a lower bound on it."""
         return self._floor if self._peak is None else self._peak
 
+    def exceeds(self, limit: int) -> bool:
+        """Whether the peak is above `limit`, simulating only where no bound shows it (bounds.floor, then
+        bounds.backward_floor)."""
+        if self._peak is not None:
+            return self._peak > limit
+        if self._floor > limit:
+            return True
+        assert self._evaluator is not None
+        return self._evaluator.backward_floor(self.resolved, limit) > limit or self.peak > limit
+
     def _simulated(self) -> tuple[int, int]:
         """(peak, saved bytes), simulated on the first call."""
         if self._peak is None or self._saved is None:
@@ -68,6 +79,7 @@ class Scored:
             timeline = self._evaluator.timeline(self.resolved)
             self._peak, self._saved = timeline.peak_bytes, timeline.saved_bytes
             assert self._floor <= self._peak, "bounds.floor must bound the simulated peak from below"
+            assert self._evaluator.backward_floor_known(self.resolved) <= self._peak, "nor must backward_floor"
         return self._peak, self._saved
 
     def with_bound(self, bound: float | None) -> "Scored":
@@ -96,6 +108,9 @@ class Evaluator:
         # problems whose walk facts are this one's (restricted): a variant's walk mostly repeats the unconstrained one.
         self._walks: dict[frozenset[int], Resolved] = {}
         self._floors: dict[Resolved, int] = {}
+        # bounds.backward_floor where it was asked for: (the bound found, whether it is the whole bound or one found
+        # above a limit)
+        self._backward_floors: dict[Resolved, tuple[int, bool]] = {}
         self._costs: dict[Resolved, float] = {}
         self._families: dict[str, Any] = {}
         self._variants: dict[str, Evaluator] = {}
@@ -109,6 +124,18 @@ class Evaluator:
         if name not in self._families:
             self._families[name] = build(self.problem, self)
         return self._families[name]
+
+    def backward_floor(self, resolved: Resolved, limit: int) -> int:
+        """bounds.backward_floor of the plan, or a lower bound on it above `limit`."""
+        known = self._backward_floors.get(resolved)
+        if known is None or not (known[1] or known[0] > limit):
+            found = bounds.backward_floor(self.problem, resolved, limit)
+            known = self._backward_floors[resolved] = (found, found <= limit)
+        return known[0]
+
+    def backward_floor_known(self, resolved: Resolved) -> int:
+        """The backward floor of the plan found so far (0: not asked for)."""
+        return self._backward_floors.get(resolved, (0, True))[0]
 
     def timeline(self, resolved: Resolved) -> Timeline:
         return self._entry(resolved)[1]
@@ -161,6 +188,7 @@ class Evaluator:
         """An evaluator of `problem` (the same graph under more constraints) sharing this one's simulations."""
         other = Evaluator(problem, self.time_limit, self.frugal)
         other._memo, other._floors, other._costs = self._memo, self._floors, self._costs
+        other._backward_floors = self._backward_floors
         if problem.walk_facts == self.problem.walk_facts:
             other._walks = self._walks
         return other
@@ -193,7 +221,7 @@ def pick(family: list[Scored], budget: int | None) -> Scored:
         member = family[i]
         if found is not None and member.cost > family[found].cost:
             break
-        if member.floor <= budget and member.peak <= budget and (found is None or member.peak < family[found].peak):
+        if not member.exceeds(budget) and (found is None or member.peak < family[found].peak):
             found = i
     return family[found] if found is not None else least_peak(family)
 
@@ -206,6 +234,8 @@ def least_peak(family: list[Scored]) -> Scored:
         member = family[i]
         if best is not None and member.floor > family[best].peak:
             break
+        if best is not None and member.exceeds(family[best].peak):
+            continue  # its peak is above the least found
         if best is None or (member.peak, member.cost, i) < (family[best].peak, family[best].cost, best):
             best = i
     assert best is not None, "a family holds at least the inner compiler's own plan"

@@ -146,6 +146,11 @@ class Problem:
         return bounds.library_calls(self)
 
     @functools.cached_property
+    def later_calls(self) -> tuple[bounds.Later, ...]:
+        """The backward library calls the backward floor counts (bounds.later_calls): a fact of the graph."""
+        return bounds.later_calls(self)
+
+    @functools.cached_property
     def excluded_storages(self) -> frozenset[int]:
         """Positions of the storages of the gradients the step returns (never counted as activations)."""
         a = self.arrays
