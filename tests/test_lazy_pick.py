@@ -162,3 +162,18 @@ def test_backward_floor_sees_recomputation_and_spares_simulations(inner, options
     assert len(evaluator._memo) < len(without._memo), "the backward floor spared no simulation"
     for member in family:
         assert backward_floor(p, member.resolved) <= member.peak
+
+
+def test_bytes_of_a_bitset_are_the_sum_of_its_storages():
+    """bounds._bytes adds the sizes of the set bits one by one for a few, under a mask for many: the same integers."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(0)
+    for n in (5, 40, 700, 10_017):
+        sizes = np.array([rng.randint(0, 2**24) for _ in range(n)], dtype=np.int64)
+        for _ in range(50):
+            bits = rng.getrandbits(n) & rng.getrandbits(n) & rng.getrandbits(n)
+            assert bounds._bytes(bits, sizes) == sum(int(sizes[i]) for i in range(n) if bits >> i & 1)
+    assert bounds._bytes(0, np.zeros(3, dtype=np.int64)) == 0

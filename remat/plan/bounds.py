@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..runtime.table import arena_slot_bytes
 from .arrays import BACKWARD, FORWARD
 from .fusion import OPAQUE
@@ -31,6 +33,9 @@ from .transfer import packed
 
 if TYPE_CHECKING:
     from .problem import Problem, Resolved
+
+
+FEW_BITS = 24  # up to this many storages, _bytes adds them one by one; more, it masks the sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +148,7 @@ def later_calls(problem: Problem) -> tuple[Later, ...]:
     first."""
     a = problem.arrays
     role, storage, nbytes, distinct = a.role, a.storage, a.nbytes, a.distinct
+    sizes = problem.byte_sizes
     backward = [i for i in problem.backward_positions if role[i] == BACKWARD]
     none = bytearray(len(a.names))
     written = {  # gradients every plan writes out: library calls' outputs, and values a library call reads
@@ -183,10 +189,10 @@ def later_calls(problem: Problem) -> tuple[Later, ...]:
             nbytes[m] for m in dict.fromkeys((i, *a.getitems[i])) if role[m] == BACKWARD and _counted(problem, m)
         )
         scratch = nbytes[a.workspace[i]] if a.workspace[i] >= 0 else 0
-        live = outputs + scratch + _bytes(before[i] & after[i], nbytes)
-        arena_live = outputs + scratch + _bytes(before[i] & after[i] & opaque, nbytes)
+        live = outputs + scratch + _bytes(before[i] & after[i], sizes)
+        arena_live = outputs + scratch + _bytes(before[i] & after[i] & opaque, sizes)
         reads = after[i] & forward
-        calls.append(Later(i, live, arena_live, reads, live + _bytes(reads, nbytes)))
+        calls.append(Later(i, live, arena_live, reads, live + _bytes(reads, sizes)))
     return tuple(sorted(calls, key=lambda call: (-call.most, call.position)))
 
 
@@ -199,7 +205,7 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
     calls = problem.later_calls
     if not calls:
         return 0
-    nbytes, storage, kinds, distinct = a.nbytes, a.storage, a.kinds, a.distinct
+    storage, kinds, distinct, sizes = a.storage, a.kinds, a.distinct, problem.byte_sizes
     index = a.index
     arena = problem.transfer.contiguous
     loops = not arena  # whether a loop's output counts: none may be written into the arena (Later.arena_live)
@@ -240,7 +246,7 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
         if base + call.most <= best:
             break  # sorted by `most`: no later call can need more
         found = (
-            base + (call.arena_live if arena else call.live) + _bytes(call.reads & (kept | made[call.position]), nbytes)
+            base + (call.arena_live if arena else call.live) + _bytes(call.reads & (kept | made[call.position]), sizes)
         )
         if found > best:
             best = found
@@ -264,11 +270,15 @@ def _call_reads(a, i: int, is_recomputed: bytearray) -> bool:
     return False
 
 
-def _bytes(bits: int, nbytes) -> int:
-    """The bytes of the storages whose bits are set."""
-    total = 0
-    while bits:
-        low = bits & -bits
-        total += nbytes[low.bit_length() - 1]
-        bits ^= low
-    return total
+def _bytes(bits: int, sizes: np.ndarray) -> int:
+    """The bytes of the storages whose bits are set (`sizes`: Problem.byte_sizes)."""
+    if bits.bit_count() <= FEW_BITS:
+        total = 0
+        while bits:
+            low = bits & -bits
+            total += int(sizes[low.bit_length() - 1])
+            bits ^= low
+        return total
+    raw = np.frombuffer(bits.to_bytes((bits.bit_length() + 7) // 8, "little"), dtype=np.uint8)
+    mask = np.unpackbits(raw, bitorder="little")
+    return int(np.dot(mask[: len(sizes)], sizes[: len(mask)]))

@@ -12,6 +12,8 @@ import dataclasses
 import functools
 from typing import Iterable, Mapping
 
+import numpy as np
+
 from .. import _torch
 from ..annotate import PREFERENCE_SCALE, Constraints
 from ..capture import Graph, Role
@@ -144,6 +146,12 @@ class Problem:
     def library_calls(self) -> tuple[bounds.Call, ...]:
         """The backward library calls the arena floor counts (bounds.library_calls): a fact of the graph."""
         return bounds.library_calls(self)
+
+    @functools.cached_property
+    def byte_sizes(self) -> np.ndarray:
+        """Per position, the bytes of the value (Arrays.nbytes) as an array: bounds.backward_floor sums them
+        under a mask."""
+        return np.array(self.arrays.nbytes, dtype=np.int64)
 
     @functools.cached_property
     def later_calls(self) -> tuple[bounds.Later, ...]:
