@@ -203,7 +203,7 @@ class Evaluator:
         """The member of `family` a solver returns for `budget`: `pick`, or under `frugal` `pick_frugal` against
         the family's least peak."""
         if self.frugal and budget is not None:
-            return pick_frugal(family, budget, min(s.peak for s in family))
+            return pick_frugal(family, budget, least_peak(family).peak)
         return pick(family, budget)
 
 
@@ -247,7 +247,7 @@ def pick_frugal(family: list[Scored], budget: int, least: int) -> Scored:
     lowest were another graph like it (peaking at `least`) to run while it keeps its saved bytes — max(peak, saved +
     least) — then the cheapest; else the member with the least peak (then the fewest bytes kept)."""
     order = range(len(family))
-    feasible = [i for i in order if family[i].peak <= budget]
+    feasible = [i for i in order if not family[i].exceeds(budget)]
     if feasible:
         return family[
             min(
