@@ -217,8 +217,8 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
     for i in recomputed:  # in graph order: what a node reads comes first
         bits = 0
         for j in distinct[i]:
-            if is_recomputed[j]:
-                bits |= made[j]
+            if is_recomputed[j] and made[j]:
+                bits = bits | made[j] if bits else made[j]
         if (
             storage[i] == i
             and _counted(problem, i)
@@ -229,7 +229,9 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
     for i in problem.backward_positions:
         bits = 0
         for j in distinct[i]:
-            bits |= made.get(j, 0)
+            more = made.get(j)
+            if more:
+                bits = bits | more if bits else more  # the first shared, not copied: a chain's are long
         made[i] = bits
     if arena:
         kept, base = 0, _arena_bytes(problem, resolved)  # the saved values are in the arena's slots
