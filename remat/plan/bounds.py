@@ -10,11 +10,13 @@ plan whose bound is above its budget, and the least-peak search over one whose b
   its step its outputs and scratch are live, and so are the buffers of other library calls that it reads: gradients,
   and the forward values it reads where they are recomputed (saved ones are in the arena).
 - Every plan, asked only where the bounds above do not settle a pick (backward_floor, Scored.exceeds): at the step of
-  a backward library call, a forward storage read by the call or by a backward node computed from its outputs is
-  still live if it is saved (read from its forward copy), or if it is recomputed by a library call the call is
-  computed from (its recomputation runs before the call and its reader after, in every order a module may run in).
-  A plan that saves little recomputes most of its forward ahead of the first backward matmul, and those outputs wait
-  for the weight gradients: its peak is far above its saved bytes, and this bound sees most of it.
+  a backward library call, a storage read by the call or by a backward node computed from its outputs is still live
+  if it is saved (read from its forward copy; with contiguous=True, in the arena), or if the call is computed from it
+  and inductor writes it out — a recomputed value or a gradient that a library call makes or reads (with
+  contiguous=True only one a library call makes: a loop may write into the arena). It then exists before the call
+  and is read after it, in every order a module may run in. A plan that saves little recomputes most of its forward
+  ahead of the first backward matmul, and those values wait for the weight gradients: its peak is far above its
+  saved bytes, and this bound sees much of it.
 
 Pure functions of the graph facts and the plan.
 """
