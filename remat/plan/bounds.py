@@ -126,10 +126,21 @@ def _library_positions(problem: Problem) -> list[int]:
     ]
 
 
+def _outputs(problem: Problem, i: int) -> dict[int, int]:
+    """The counted storages library call `i` allocates, with their bytes."""
+    a = problem.arrays
+    return {m: a.nbytes[m] for m in (i, *a.getitems[i]) if a.role[m] == BACKWARD and _counted(problem, m)}
+
+
+def _scratch(problem: Problem, i: int) -> int:
+    a = problem.arrays
+    return a.nbytes[a.workspace[i]] if a.workspace[i] >= 0 else 0
+
+
 def _call(problem: Problem, i: int) -> Call:
     a = problem.arrays
     role, storage, nbytes, kinds = a.role, a.storage, a.nbytes, a.kinds
-    live = {m: nbytes[m] for m in (i, *a.getitems[i]) if role[m] == BACKWARD and _counted(problem, m)}  # outputs
+    live = _outputs(problem, i)
     recomputed: list[int] = []
     for j in a.distinct[i]:
         o = storage[j]
@@ -139,8 +150,7 @@ def _call(problem: Problem, i: int) -> Call:
             live[o] = nbytes[o]
         elif role[o] == FORWARD and o not in recomputed:
             recomputed.append(o)
-    scratch = nbytes[a.workspace[i]] if a.workspace[i] >= 0 else 0
-    return Call(sum(live.values()) + scratch, tuple(recomputed))
+    return Call(sum(live.values()) + _scratch(problem, i), tuple(recomputed))
 
 
 def later_calls(problem: Problem) -> tuple[Later, ...]:
@@ -149,7 +159,7 @@ def later_calls(problem: Problem) -> tuple[Later, ...]:
     outputs reads — and the forward storages read at or after it (backward_floor), the one that may need the most
     first."""
     a = problem.arrays
-    role, storage, nbytes, distinct = a.role, a.storage, a.nbytes, a.distinct
+    role, storage, distinct = a.role, a.storage, a.distinct
     sizes = problem.byte_sizes
     backward = [i for i in problem.backward_positions if role[i] == BACKWARD]
     none = bytearray(len(a.names))
@@ -187,22 +197,19 @@ def later_calls(problem: Problem) -> tuple[Later, ...]:
             forward |= 1 << i
     calls = []
     for i in _library_positions(problem):
-        outputs = sum(
-            nbytes[m] for m in dict.fromkeys((i, *a.getitems[i])) if role[m] == BACKWARD and _counted(problem, m)
-        )
-        scratch = nbytes[a.workspace[i]] if a.workspace[i] >= 0 else 0
-        live = outputs + scratch + _bytes(before[i] & after[i], sizes)
-        arena_live = outputs + scratch + _bytes(before[i] & after[i] & opaque, sizes)
+        own = sum(_outputs(problem, i).values()) + _scratch(problem, i)
+        live = own + _bytes(before[i] & after[i], sizes)
+        arena_live = own + _bytes(before[i] & after[i] & opaque, sizes)
         reads = after[i] & forward
         calls.append(Later(i, live, arena_live, reads, live + _bytes(reads, sizes)))
     return tuple(sorted(calls, key=lambda call: (-call.most, call.position)))
 
 
 def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int:
-    """The most live, over the backward library calls, at a call's step (module docstring): its own needs, the
-    saved storages the device keeps (contiguous=True: the arena instead, arena_floor) and the recomputed library
-    calls' storages it is computed from, read then or later. The largest such sum, or, once a sum exceeds `above`,
-    that sum."""
+    """The most live, over the backward library calls, at a call's step (module docstring): its own needs
+    (Later.live), the saved storages the device keeps (contiguous=True: the arena instead) read then or later, and
+    the recomputed values written out that it is computed from, read then or later. The largest such sum, or, once a
+    sum exceeds `above`, that sum."""
     a = problem.arrays
     calls = problem.later_calls
     if not calls:
@@ -235,11 +242,11 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
             if more:
                 bits = bits | more if bits else more  # the first shared, not copied: a chain's are long
         made[i] = bits
+    kept, base = 0, 0  # saved storages counted one by one; bytes counted whole
     if arena:
-        kept, base = 0, _arena_bytes(problem, resolved)  # the saved values are in the arena's slots
+        base = _arena_bytes(problem, resolved)  # the saved values are in the arena's slots
     else:
         leaving = resolved.sharded | resolved.offloaded
-        kept, base = 0, 0
         for name in resolved.saved:
             if name not in leaving:
                 o = storage[index[name]]
