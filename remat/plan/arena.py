@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..runtime.table import arena_slot_bytes
 from .problem import Problem, Resolved
-from .transfer import packed
+from .transfer import packed, read_unpacked
 
 
 def first_written(written_over: dict[int, int], alloc: list[int], n: int) -> dict[tuple[int, int], int]:
@@ -20,10 +20,20 @@ def first_written(written_over: dict[int, int], alloc: list[int], n: int) -> dic
     return found
 
 
-def pack(problem: Problem, resolved: Resolved, spans, saved_spans, end: int, in_slots: dict[tuple[int, int], int]):
-    """contiguous=True: each packed value is copied into its arena slot right after it is computed and read there
-    from then on (rewrite/transfer.py), so its own storage lives for the step that computes it only (a forward
-    output, which the caller holds, stays). Its slot is live for the whole step, and so is the value as a saved one:
+def pack(
+    problem: Problem,
+    resolved: Resolved,
+    spans,
+    saved_spans,
+    end: int,
+    in_slots: dict[tuple[int, int], int],
+    last_fw: list[int],
+):
+    """contiguous=True: each packed value is copied into its arena slot and read there from then on
+    (rewrite/transfer.py): as it is computed, its own storage then living for the step that computes it only, or,
+    where the forward's readers read the value itself (transfer.read_unpacked), after the last of them, its storage
+    living until then (`last_fw`: the last forward step reading each instance). A forward output, which the caller
+    holds, stays. Its slot is live for the whole step, and so is the value as a saved one:
     recomputing it instead shrinks the arena wherever the peak is. A backward loop that writes its output in place
     over a packed value, or over a buffer so written (fusion.in_place; `in_slots`: first_written), writes it into
     the slot: the output takes no memory of its own."""
@@ -31,12 +41,13 @@ def pack(problem: Problem, resolved: Resolved, spans, saved_spans, end: int, in_
     names = packed(problem.graph, sorted(resolved.saved, key=a.index.__getitem__), resolved.moves)
     outputs = {a.storage[a.index[o]] for o in problem.graph.fw_outputs}
     stored = {a.index[name] for name in names}
+    unpacked_reads = {a.index[name]: read_unpacked(problem.graph, name, problem.fuses) for name in names}
     out = []
     for owner, first, final in spans:
         if in_slots.get((owner, first), -1) in stored:
             continue
         if owner in stored and owner not in outputs and saved_spans.get(a.names[owner], (-1,))[0] == first:
-            final = first
+            final = max(first, last_fw[owner]) if unpacked_reads[owner] else first
         out.append((owner, first, final))
     for name in names:
         saved_spans[name] = (0, end)

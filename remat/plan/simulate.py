@@ -170,7 +170,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     unpacked = spans
     if problem.transfer.contiguous:
         spans, slots = arena.pack(
-            problem, resolved, spans, saved_spans, end, arena.first_written(written_over, alloc, n)
+            problem, resolved, spans, saved_spans, end, arena.first_written(written_over, alloc, n), last_fw
         )
     if problem.fuses:
         # a kernel runs at a step unless its node is a view or computed inside another kernel

@@ -3,10 +3,13 @@
 Each move is the same on the extracted modules, as its entry in runtime/table.py declares it: after the forward
 value `v`, insert the move's forward op (`remat::offload`, `remat::shard`) and return its result in `v`'s saved slot;
 backward's placeholder receives it, and the move's backward chain (`remat::reload`; all_gather + slice + view) runs
-just before the first reader of `v`. A packed value (contiguous=True) is stored in the step's arena right after it
-is computed (`remat::arena_store`) and every later reader, in forward and backward, reads the arena's copy, so the
-value's own allocation is freed at once; the forward returns the arena's copy (a graph output, whose memory a
-compiler never reuses) in the saved slot and, where the value is also a forward output, the value itself there.
+just before the first reader of `v`. A packed value (contiguous=True) is stored in the step's arena
+(`remat::arena_store`) and backward reads the arena's copy. In the forward, a value a library call computes is
+stored right after it and every later reader reads the copy, so the value's own allocation is freed at once; under
+inductor, a value a loop computes is read by the forward's readers themselves, which inductor then fuses with that
+loop, and stored after the last of them (plan/transfer.read_unpacked). The forward returns the arena's copy (a graph
+output, whose memory a compiler never reuses) in the saved slot and, where the value is also a forward output, the
+value itself there.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch.fx as fx
 
 from .. import _torch
 from ..plan.problem import Problem, Resolved
-from ..plan.transfer import packed as packed_values
+from ..plan.transfer import packed as packed_values, read_unpacked
 from ..runtime.table import ARENA_STORE, Move, Site, target
 from .marks import MARK
 
@@ -64,10 +67,14 @@ def move_saved(
         if move is not None and node.name in placeholders:
             outs[i] = _move(fw, bw, node, placeholders[node.name], move, _site(node, problem, runtime))
     stored: dict[str, fx.Node] = {}
+    position = {n: p for p, n in enumerate(fw.graph.nodes)}
     for i, node in saved:
         if node.name in packed and node.name in placeholders:
             if node.name not in stored:
-                stored[node.name] = _store(fw, node, output, len(packed), placeholders[node.name], runtime)
+                unpacked = read_unpacked(problem.graph, node.name, problem.fuses)
+                stored[node.name] = _store(
+                    fw, node, output, len(packed), placeholders[node.name], runtime, position, unpacked
+                )
             outs[i] = stored[node.name]
     output.args = (tuple(outs),) + tuple(output.args[1:])
     for gm in (fw, bw):
@@ -111,20 +118,36 @@ def _move(
 
 
 def _store(
-    fw: fx.GraphModule, node: fx.Node, output: fx.Node, num_slots: int, placeholder: fx.Node, runtime
+    fw: fx.GraphModule,
+    node: fx.Node,
+    output: fx.Node,
+    num_slots: int,
+    placeholder: fx.Node,
+    runtime,
+    position: dict[fx.Node, int],
+    unpacked: bool,
 ) -> fx.Node:
-    """`remat::arena_store` of `node` right after it; every forward reader but the output reads the stored copy."""
+    """`remat::arena_store` of `node`, for the saved slot. Where the forward's readers read `node` itself
+    (plan/transfer.read_unpacked: inductor then fuses them with the loop computing it), right after the last of them
+    (`position`: each node's place in the forward before the stores; were the store first, inductor could compute a
+    pointwise `node` twice: once for the store, once for a library call reading it); else right after `node`, and
+    every forward reader but the output reads the stored copy."""
     args = (node, runtime.contiguous_key, num_slots, runtime.profile_id, runtime.sync)
-    kept = _after(fw, node, ARENA_STORE.overload, args, "packed")
-    node.replace_all_uses_with(kept, delete_user_cb=lambda user: user is not kept and user is not output)
+    if unpacked:
+        readers = (user for user in node.users if user in position and user.op != "output")
+        kept = _after(fw, max(readers, key=position.__getitem__, default=node), ARENA_STORE.overload, args, "packed")
+    else:
+        kept = _after(fw, node, ARENA_STORE.overload, args, "packed")
+        node.replace_all_uses_with(kept, delete_user_cb=lambda user: user is not kept and user is not output)
     _receive(placeholder, kept)
     return kept
 
 
 def _after(gm: fx.GraphModule, node: fx.Node, op, args: tuple, suffix: str) -> fx.Node:
+    """`op(*args)` right after `node`, named after its first argument."""
     with gm.graph.inserting_after(node):
         new = gm.graph.call_function(op, args)
-    new.name = f"{node.name}_{suffix}"
+    new.name = f"{args[0].name}_{suffix}"
     new.meta["val"] = _fake_run(op, args)
     return new
 
