@@ -751,8 +751,6 @@ def test_a_gradient_written_in_place_over_a_packed_value_lives_in_its_arena_slot
     then lives in that slot: it allocates nothing, and the pre-activation's own buffer is freed in the forward. Three
     1 MiB slots, backward's 1 MiB input gradient and the loss, as measured (counting the gradient and the
     pre-activation's buffer again, the simulation said 5 MiB)."""
-    from remat.runtime.buffers import POOL
-
     x = torch.randn(512, 512)
     fused = _planned(MLP(), x, inner="inductor", memory_budget=None, contiguous=True)
     life = lifetimes(fused.problem, fused.resolved)
@@ -775,6 +773,18 @@ def test_a_gradient_written_in_place_over_a_packed_value_lives_in_its_arena_slot
     assert fused.plan.peak_bytes == 4 * 2**20 + 4
 
     model = MLP()
+    with _contiguous_steps(model, x) as step:
+        measured = remat.peak_memory(step, exclude=lambda: [w.grad for w in model.parameters()])
+        assert remat.last_plan().peak_bytes == 4 * 2**20 + 4
+        assert 4 * 2**20 + 4 <= measured <= 4 * 2**20 + 4 + 64  # measured 4 MiB + 8 bytes (torch 2.13, CPU)
+
+
+@contextlib.contextmanager
+def _contiguous_steps(model, x):
+    """`model` compiled with contiguous=True and no budget, and run twice (the pool learns the arena's size, then
+    allocates it): its training step (parameter gradients cleared first). Dynamo and the pool are reset around it."""
+    from remat.runtime.buffers import POOL
+
     torch._dynamo.reset()
     POOL.clear()
     compiled = torch.compile(model, backend="remat", options={"memory_budget": None, "contiguous": True})
@@ -785,11 +795,9 @@ def test_a_gradient_written_in_place_over_a_packed_value_lives_in_its_arena_slot
         compiled(x).backward()
 
     try:
-        step()  # the pool learns the arena's size
-        step()  # and allocates it
-        measured = remat.peak_memory(step, exclude=lambda: [w.grad for w in model.parameters()])
-        assert remat.last_plan().peak_bytes == 4 * 2**20 + 4
-        assert 4 * 2**20 + 4 <= measured <= 4 * 2**20 + 4 + 64  # measured 4 MiB + 8 bytes (torch 2.13, CPU)
+        step()
+        step()
+        yield step
     finally:
         torch._dynamo.reset()
         POOL.clear()
@@ -815,8 +823,6 @@ def test_a_packed_value_a_loop_computes_and_a_loop_reads_is_read_by_the_forward_
     read the value, not its arena copy, so inductor fuses them with that loop as without the arena; the store follows
     the last of them, and the value's own buffer lives until then. Any other packed value (a library call's output,
     or a loop's read by library calls alone) is stored as it is computed and read there, its buffer freed at once."""
-    from remat.runtime.buffers import POOL
-
     torch.manual_seed(0)
     model, x = Residual(), torch.randn(512, 512)
     planned = _planned(copy.deepcopy(model), x, inner="inductor", memory_budget=None, contiguous=True)
@@ -835,18 +841,7 @@ def test_a_packed_value_a_loop_computes_and_a_loop_reads_is_read_by_the_forward_
         first, last = own[name]
         assert first < last < len(life.fw)
 
-    torch._dynamo.reset()
-    POOL.clear()
-    compiled = torch.compile(copy.deepcopy(model), backend="remat", options={"memory_budget": None, "contiguous": True})
-
-    def step():
-        for w in compiled.parameters():
-            w.grad = None
-        compiled(x).backward()
-
-    try:
-        step()  # the pool learns the arena's size
-        step()  # and allocates it
+    with _contiguous_steps(model, x) as step:
         fw, _ = remat.last_graphs()
         order = {n: i for i, n in enumerate(fw.graph.nodes)}
         stores = fw.graph.find_nodes(op="call_function", target=torch.ops.remat.arena_store.default)
@@ -859,9 +854,6 @@ def test_a_packed_value_a_loop_computes_and_a_loop_reads_is_read_by_the_forward_
                 assert not [u for u in store.users if u.op != "output"]  # the forward reads the value itself
             else:
                 assert not readers and store.prev is value  # stored as computed; the forward reads the copy
-        measured = remat.peak_memory(step, exclude=lambda: [w.grad for w in compiled.parameters()])
+        measured = remat.peak_memory(step, exclude=lambda: [w.grad for w in model.parameters()])
         simulated = remat.last_plan().peak_bytes
         assert abs(measured - simulated) <= 64, (simulated, measured)  # 6 MiB + 4 simulated, 4 bytes less measured
-    finally:
-        torch._dynamo.reset()
-        POOL.clear()
