@@ -21,7 +21,7 @@ from ..runtime import table
 from . import bounds, pool
 from .arrays import FORWARD, PRIMAL, Arrays, arrays
 from .replication import rank_local
-from .transfer import Transfer, eligible, hides_offload
+from .transfer import Transfer, eligible, hides_offload, read_unpacked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +141,16 @@ class Problem:
         (pool.allocated_by_inductor, pool.reuse)."""
         graph, fallbacks = self.graph, _torch.inductor_fallback_ops()
         return tuple(pool.allocated_by_inductor(graph, v, fallbacks) for v in graph.values)
+
+    @functools.cached_property
+    def reads_unpacked(self) -> frozenset[str]:
+        """The forward values whose forward readers, were the value packed (contiguous=True), read it rather than
+        its arena copy (transfer.read_unpacked; under inductor only): a fact of the graph, read by every plan
+        simulated and by the rewrite."""
+        if not (self.transfer.contiguous and self.fuses):
+            return frozenset()
+        graph = self.graph
+        return frozenset(v.name for v in graph.values if v.role is Role.FORWARD and read_unpacked(graph, v.name))
 
     @functools.cached_property
     def library_calls(self) -> tuple[bounds.Call, ...]:

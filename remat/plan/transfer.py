@@ -66,13 +66,13 @@ def packed(graph: Graph, saved: Iterable[str], moved: Iterable[str] = ()) -> lis
     return out
 
 
-def read_unpacked(graph: Graph, name: str, fuses: bool) -> bool:
-    """Whether the forward's own readers of a packed value read the value itself rather than its arena copy: under
-    inductor (`fuses`), for a value a loop computes and a loop of the forward reads (through views), so that
-    inductor fuses them as it does without the arena; the value then lives until its last forward reader, and is
-    copied into the arena after it. Any other value is copied as it is computed and read there, its own buffer freed
-    at once: a library call reading the copy loses no fusion."""
-    return fuses and fusion.kind(graph[name]) != fusion.OPAQUE and _read_by_a_loop(graph, graph[name])
+def read_unpacked(graph: Graph, name: str) -> bool:
+    """Whether, under inductor (Problem.reads_unpacked applies the rule there only), the forward's own readers of a
+    packed value read the value itself rather than its arena copy: for a value a loop computes and a loop of the
+    forward reads (through views), so that inductor fuses them as it does without the arena; the value then lives
+    until its last forward reader, and is copied into the arena after it. Any other value is copied as it is
+    computed and read there, its own buffer freed at once: a library call reading the copy loses no fusion."""
+    return fusion.kind(graph[name]) != fusion.OPAQUE and _read_by_a_loop(graph, graph[name])
 
 
 def _read_by_a_loop(graph: Graph, value: Value) -> bool:

@@ -7,7 +7,7 @@ just before the first reader of `v`. A packed value (contiguous=True) is stored 
 (`remat::arena_store`) and backward reads the arena's copy. In the forward, a value a library call computes is
 stored right after it and every later reader reads the copy, so the value's own allocation is freed at once; under
 inductor, a value a loop computes is read by the forward's readers themselves, which inductor then fuses with that
-loop, and stored after the last of them (plan/transfer.read_unpacked). The forward returns the arena's copy (a graph
+loop, and stored after the last of them (Problem.reads_unpacked). The forward returns the arena's copy (a graph
 output, whose memory a compiler never reuses) in the saved slot and, where the value is also a forward output, the
 value itself there.
 """
@@ -22,7 +22,7 @@ import torch.fx as fx
 
 from .. import _torch
 from ..plan.problem import Problem, Resolved
-from ..plan.transfer import packed as packed_values, read_unpacked
+from ..plan.transfer import packed as packed_values
 from ..runtime.table import ARENA_STORE, Move, Site, target
 from .marks import MARK
 
@@ -71,7 +71,7 @@ def move_saved(
     for i, node in saved:
         if node.name in packed and node.name in placeholders:
             if node.name not in stored:
-                unpacked = read_unpacked(problem.graph, node.name, problem.fuses)
+                unpacked = node.name in problem.reads_unpacked
                 stored[node.name] = _store(
                     fw, node, output, len(packed), placeholders[node.name], runtime, position, unpacked
                 )
@@ -128,7 +128,7 @@ def _store(
     unpacked: bool,
 ) -> fx.Node:
     """`remat::arena_store` of `node`, for the saved slot. Where the forward's readers read `node` itself
-    (plan/transfer.read_unpacked: inductor then fuses them with the loop computing it), right after the last of them
+    (Problem.reads_unpacked: inductor then fuses them with the loop computing it), right after the last of them
     (`position`: each node's place in the forward before the stores; were the store first, inductor could compute a
     pointwise `node` twice: once for the store, once for a library call reading it); else right after `node`, and
     every forward reader but the output reads the stored copy."""
