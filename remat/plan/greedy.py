@@ -23,8 +23,8 @@ from .evaluate import Evaluator, Scored
 from .problem import Problem
 
 MAX_STEPS = 96
-MIN_STEPS = 12
-NODE_STEPS = 150_000  # about steps × nodes simulated per walk
+MIN_STEPS = 8
+NODE_STEPS = 100_000  # about steps × nodes simulated per walk (the benchmark models, about 1000 nodes, take MAX_STEPS)
 BETWEEN = 8  # a step of up to this many values also proposes the plans between (each costs a resolve, not a simulation)
 
 
