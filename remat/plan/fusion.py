@@ -239,6 +239,15 @@ def _kernels_of(a, consumers: list[int], out: bytearray, member: bytearray) -> t
     return None if len(found) > 1 and _reaches(a, found, member) else found
 
 
+def read_by_a_loop(a, i: int, member: bytearray) -> bool:
+    """Whether a loop computes `i` and a loop among the module's nodes `member` reads it, itself or through views:
+    inductor fuses such a reader with the loop computing `i`. With contiguous=True, the forward's readers of such a
+    packed value read the value itself rather than its arena copy, so that fusion survives (Problem.reads_unpacked);
+    a library call reading the copy loses none."""
+    kinds = a.kinds
+    return kinds[i] != OPAQUE and any(kinds[u] != OPAQUE for u in _readers(a, i, member))
+
+
 def _readers(a, i: int, member: bytearray) -> list[int]:
     """The module's nodes that read `i` itself or through views of it."""
     if not a.view_users[i]:

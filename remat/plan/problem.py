@@ -18,10 +18,10 @@ from .. import _torch
 from ..annotate import PREFERENCE_SCALE, Constraints
 from ..capture import Graph, Role
 from ..runtime import table
-from . import bounds, pool
+from . import bounds, fusion, pool
 from .arrays import FORWARD, PRIMAL, Arrays, arrays
 from .replication import rank_local
-from .transfer import Transfer, eligible, hides_offload, read_unpacked
+from .transfer import Transfer, eligible, hides_offload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,12 +145,13 @@ class Problem:
     @functools.cached_property
     def reads_unpacked(self) -> frozenset[str]:
         """The forward values whose forward readers, were the value packed (contiguous=True), read it rather than
-        its arena copy (transfer.read_unpacked; under inductor only): a fact of the graph, read by every plan
+        its arena copy (fusion.read_by_a_loop; under inductor only): a fact of the graph, read by every plan
         simulated and by the rewrite."""
         if not (self.transfer.contiguous and self.fuses):
             return frozenset()
-        graph = self.graph
-        return frozenset(v.name for v in graph.values if v.role is Role.FORWARD and read_unpacked(graph, v.name))
+        a = self.arrays
+        forward = bytearray(role == FORWARD for role in a.role)
+        return frozenset(a.names[i] for i in range(len(a.names)) if forward[i] and fusion.read_by_a_loop(a, i, forward))
 
     @functools.cached_property
     def library_calls(self) -> tuple[bounds.Call, ...]:

@@ -16,7 +16,6 @@ import torch
 
 from ..capture import Graph, Role, Value
 from ..runtime.table import OFFLOADING, Move
-from . import fusion
 
 # Offload and shard are worth their copy only for values at least this large.
 MIN_TRANSFER_BYTES = 1024
@@ -64,24 +63,6 @@ def packed(graph: Graph, saved: Iterable[str], moved: Iterable[str] = ()) -> lis
             if name not in moved:
                 out.append(name)
     return out
-
-
-def read_unpacked(graph: Graph, name: str) -> bool:
-    """Whether, under inductor (Problem.reads_unpacked applies the rule there only), the forward's own readers of a
-    packed value read the value itself rather than its arena copy: for a value a loop computes and a loop of the
-    forward reads (through views), so that inductor fuses them as it does without the arena; the value then lives
-    until its last forward reader, and is copied into the arena after it. Any other value is copied as it is
-    computed and read there, its own buffer freed at once: a library call reading the copy loses no fusion."""
-    return fusion.kind(graph[name]) != fusion.OPAQUE and _read_by_a_loop(graph, graph[name])
-
-
-def _read_by_a_loop(graph: Graph, value: Value) -> bool:
-    for user in map(graph.__getitem__, value.users):
-        if user.role is Role.FORWARD and (
-            _read_by_a_loop(graph, user) if user.is_view else fusion.kind(user) != fusion.OPAQUE
-        ):
-            return True
-    return False
 
 
 def kept_bytes(value: Value, move: Move, world: int) -> int:
