@@ -202,13 +202,17 @@ def _tensor_bytes_expr(val: torch.Tensor) -> sympy.Expr:
     return sympy.expand(sym_expr(numel) * val.element_size())
 
 
-def _module_path(node: fx.Node) -> str:
+def _module_path(node: fx.Node, cleaned: dict[str, str]) -> str:
+    """The node's module path (_clean_path), cleaned once per distinct path through `cleaned`."""
     stack = _torch.module_stack(node)
     if not stack:
         return ""
     path = list(stack.values())[-1]
     path = path[0] if isinstance(path, tuple) else str(path)
-    return _clean_path(path)
+    found = cleaned.get(path)
+    if found is None:
+        found = cleaned[path] = _clean_path(path)
+    return found
 
 
 def _clean_path(path: str) -> str:
@@ -243,15 +247,31 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
 
     storage: dict[str, str] = {}
     values: list[Value] = []
-    tags: dict[object, frozenset[str]] = {}  # per op: reading torch.Tag names is slow
+    # per op (per getitem: per op of the tuple): reading schemas and torch.Tag names is slow
+    tags: dict[object, frozenset[str]] = {}
+    names: dict[object, str] = {}
+    views: dict[object, bool] = {}
+    paths: dict[str, str] = {}
     symbols: set[str] = set()
     for index, node in enumerate(nodes):
         inputs = tuple(dict.fromkeys(a.name for a in node.all_input_nodes))
         users = tuple(u.name for u in sorted(node.users, key=position.__getitem__))
         val = node.meta.get("val")
         is_tensor = isinstance(val, torch.Tensor)
-        is_multi = isinstance(val, (tuple, list)) and node.op == "call_function"
-        is_view = is_tensor and node.op == "call_function" and _is_view_op(node)
+        target = node.target
+        called = node.op == "call_function"
+        is_multi = isinstance(val, (tuple, list)) and called
+        if called:
+            key = (
+                (target, node.args[0].target)
+                if target is operator.getitem and isinstance(node.args[0], fx.Node)
+                else target
+            )
+            if key not in views:
+                views[key] = _is_view_op(node)
+            if target not in names:
+                names[target] = op_name(node)
+        is_view = is_tensor and called and views[key]
         if is_view and inputs:
             base = node.args[0].args[0] if node.target is operator.getitem else node.args[0]
             base = base.name if isinstance(base, fx.Node) else inputs[0]
@@ -268,7 +288,7 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
                 name=node.name,
                 index=index,
                 role=_role(node, tangent_dependent),
-                op=op_name(node),
+                op=names[target] if called else node.op,
                 inputs=inputs,
                 users=users,
                 nbytes=nbytes,
@@ -279,8 +299,8 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
                 is_multi=is_multi,
                 shape=tuple(sym_hint(s) for s in val.shape) if is_tensor else (),
                 dtype=str(val.dtype).replace("torch.", "") if is_tensor else "",
-                module_path=_module_path(node),
-                tags=(tags[node.target] if node.target in tags else tags.setdefault(node.target, _tags(node)))
+                module_path=_module_path(node, paths),
+                tags=(tags[target] if target in tags else tags.setdefault(target, _tags(node)))
                 | (_FORMULA if _torch.partitioner_tag(node) == "is_backward" else frozenset()),
                 device=_device(val),
                 origin=_torch.origin_name(node),

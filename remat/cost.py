@@ -9,7 +9,7 @@ to memory bandwidth of a typical accelerator-less training box, so that a 1 MiB 
 from __future__ import annotations
 
 import types
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
@@ -20,7 +20,7 @@ from .capture import BACKWARD_FORMULA, Graph, Role, returns_alias, sym_hint, ten
 FLOPS_PER_BYTE = 10
 
 
-def _meta(arg: object) -> object:
+def _meta(arg: Any) -> Any:
     return arg.meta.get("val") if isinstance(arg, fx.Node) else arg
 
 
@@ -30,7 +30,7 @@ def node_cost(node: fx.Node, is_view: bool) -> int:
         return 0
     if returns_alias(node.target):  # split, unbind: their outputs are views
         return 0
-    args, kwargs = _torch.tree_map(_meta, (node.args, node.kwargs))
+    args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), _meta)
     out = node.meta.get("val")
     formula = flop_registry.get(node.target.overloadpacket)
     if formula is not None:
@@ -38,9 +38,9 @@ def node_cost(node: fx.Node, is_view: bool) -> int:
             return int(sym_hint(formula(*args, out_val=out, **kwargs)))
         except Exception:  # a formula that cannot read symbolic or unusual args: fall back to bytes moved
             pass
-    moved = sum(tensor_bytes(x) for x in _torch.tree_leaves((args, kwargs)))
-    moved += sum(tensor_bytes(x) for x in _torch.tree_leaves(out))
-    return moved * FLOPS_PER_BYTE
+    leaves: list[object] = []
+    fx.node.map_aggregate((args, kwargs, out), leaves.append)  # fx's containers: tuples, lists, dicts, slices
+    return sum(map(tensor_bytes, leaves)) * FLOPS_PER_BYTE
 
 
 def costs(joint: fx.GraphModule, graph: Graph) -> Mapping[str, int]:

@@ -96,9 +96,7 @@ def _with_saved(problem: Problem, names: set[str], reason: str, kinds_saved: boo
         kinds_saved=c.kinds_saved or kinds_saved,
         by_option=c.by_option | names,
     )
-    return dataclasses.replace(
-        problem, constraints=constraints, choosable=tuple(n for n in problem.choosable if n not in names)
-    )
+    return problem.constrained(constraints, tuple(n for n in problem.choosable if n not in names))
 
 
 def _random_ops_saved(problem: Problem) -> Problem | None:

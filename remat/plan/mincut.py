@@ -57,24 +57,36 @@ LARGE_REPAIR_STARTS = 1  # beyond LARGE_GRAPH, where each simulation costs more
 
 def value_graph(problem: Problem) -> nx.DiGraph:
     """The flow graph without recompute prices (edges without 'capacity' are uncuttable)."""
-    graph, c = problem.graph, problem.constraints
     flow = nx.DiGraph()
     flow.add_node(SOURCE)
     flow.add_node(SINK)
-    for name in problem.candidates:
-        value = graph[name]
-        if name in c.must_recompute or not value.is_tensor:
-            flow.add_edge(f"{name}/in", f"{name}/out")  # cannot be saved
-        else:
-            flow.add_edge(f"{name}/in", f"{name}/out", capacity=value.nbytes)
-        if name in c.must_save:
-            flow.add_edge(SOURCE, f"{name}/in")  # cannot be recomputed
-        for inp in value.inputs:
-            if graph[inp].role is Role.FORWARD:
-                flow.add_edge(f"{inp}/out", f"{name}/in")
-    for name in problem.needed:
-        flow.add_edge(f"{name}/out", SINK)
+    flow.add_edges_from(_value_edges(problem))
+    graph = problem.graph
+    for name in _saving(problem):
+        flow[f"{name}/in"][f"{name}/out"]["capacity"] = graph[name].nbytes
     return flow
+
+
+def _saving(problem: Problem) -> list[str]:
+    """The candidates that may be saved, in order: each has a cuttable edge v_in → v_out."""
+    graph, c = problem.graph, problem.constraints
+    return [n for n in problem.candidates if n not in c.must_recompute and graph[n].is_tensor]
+
+
+def _value_edges(problem: Problem) -> list[tuple[str, str]]:
+    """The flow graph's edges without the recompute prices' (module docstring), each once, in order."""
+    graph, c = problem.graph, problem.constraints
+    edges: dict[tuple[str, str], None] = {}
+    for name in problem.candidates:
+        edges[(f"{name}/in", f"{name}/out")] = None
+        if name in c.must_save:
+            edges[(SOURCE, f"{name}/in")] = None  # cannot be recomputed
+        for inp in graph[name].inputs:
+            if graph[inp].role is Role.FORWARD:
+                edges[(f"{inp}/out", f"{name}/in")] = None
+    for name in problem.needed:
+        edges[(f"{name}/out", SINK)] = None
+    return list(edges)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,24 +144,38 @@ class Cutter:
     def __init__(self, problem: Problem, top_price: float):
         self.problem = problem
         self.held = held(problem)
-        self.flow = value_graph(problem)
         graph = problem.graph
         self.bytes = {n: graph[n].nbytes for n in problem.candidates}
-        self.saving = [n for n in problem.candidates if "capacity" in self.flow[f"{n}/in"][f"{n}/out"]]
-        # Build the residual network at the highest weights, so its stand-in for "infinite" exceeds every cut.
-        # (networkx leaves zero-capacity edges out of it: build with at least 1.)
-        most = PEAK_WEIGHT**PEAK_ROUNDS
-        for n in self.saving:
-            self.flow[f"{n}/in"][f"{n}/out"]["capacity"] = max(self.bytes[n] * most, 1)
-        self.flow.add_edges_from(
-            (SOURCE, f"{n}/in", {"capacity": max(self._price(top_price, n) + self.bytes[n] * most, 1)})
-            for n in problem.choosable
-        )
-        self._residual: nx.DiGraph | None = None
-        self.nodes = {node: k for k, node in enumerate(self.flow)}
-        edges = list(self.flow.edges)
-        self.edges = Edges(len(self.nodes), [self.nodes[u] for u, _ in edges], [self.nodes[v] for _, v in edges])
+        self.saving = _saving(problem)
+        self._top_price = top_price
+        edges = _value_edges(problem) + [(SOURCE, f"{n}/in") for n in problem.choosable]
+        self.nodes: dict[str, int] = {SOURCE: 0, SINK: 1}
+        for u, v in edges:
+            for node in (u, v):
+                if node not in self.nodes:
+                    self.nodes[node] = len(self.nodes)
+        nodes = self.nodes
+        self.edges = Edges(len(nodes), [nodes[u] for u, _ in edges], [nodes[v] for _, v in edges])
         self.position = {edge: k for k, edge in enumerate(edges)}
+        self._flow: nx.DiGraph | None = None
+        self._residual: nx.DiGraph | None = None
+
+    @property
+    def flow(self) -> nx.DiGraph:
+        """The flow graph for networkx's cut, built when first needed (the capacities do not fit scipy's)."""
+        if self._flow is None:
+            flow = value_graph(self.problem)
+            # Weighted as at the highest weights, so that the residual network's stand-in for "infinite" exceeds
+            # every cut. (networkx leaves zero-capacity edges out of it: build with at least 1.)
+            most = PEAK_WEIGHT**PEAK_ROUNDS
+            for n in self.saving:
+                flow[f"{n}/in"][f"{n}/out"]["capacity"] = max(self.bytes[n] * most, 1)
+            flow.add_edges_from(
+                (SOURCE, f"{n}/in", {"capacity": max(self._price(self._top_price, n) + self.bytes[n] * most, 1)})
+                for n in self.problem.choosable
+            )
+            self._flow = flow
+        return self._flow
 
     @property
     def residual(self) -> nx.DiGraph:

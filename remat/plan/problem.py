@@ -94,6 +94,11 @@ class Problem:
         return {}
 
     @functools.cached_property
+    def graph_memo(self) -> dict[str, object]:
+        """Facts of the graph other modules derive once per problem and its variants (recipes.blocks), by name."""
+        return {}
+
+    @functools.cached_property
     def _solver_costs(self) -> dict[str, float]:
         # Made once per problem: the solvers ask for it for every value of every plan they score.
         preference, costs = self.constraints.preference, self.costs
@@ -174,6 +179,30 @@ class Problem:
         """Positions of the storages of the gradients the step returns (never counted as activations)."""
         a = self.arrays
         return frozenset(a.storage[a.index[o]] for o in self.graph.bw_outputs)
+
+    # The cached facts above that read the graph, its arrays and the transfer options alone, never the constraints:
+    # a variant of the problem (`constrained`) starts with them.
+    GRAPH_FACTS = (
+        "sole_readers",
+        "graph_memo",
+        "backward_positions",
+        "takes_freed",
+        "reads_unpacked",
+        "library_calls",
+        "byte_sizes",
+        "later_calls",
+        "excluded_storages",
+        "fw_required_mask",
+    )
+
+    def constrained(self, constraints: Constraints, choosable: tuple[str, ...]) -> "Problem":
+        """The same problem under other constraints and choosable values, sharing the facts of the graph computed
+        so far (GRAPH_FACTS)."""
+        other = dataclasses.replace(self, constraints=constraints, choosable=choosable)
+        for name in self.GRAPH_FACTS:
+            if name in self.__dict__:
+                other.__dict__[name] = self.__dict__[name]
+        return other
 
     def resolve(self, chosen: Iterable[str]) -> Resolved:
         return self.resolve_recomputing(self.recomputing(chosen))

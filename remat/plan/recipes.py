@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from ..capture import Role
+from ..capture import Graph, Role
 from .problem import Problem
 
 SAVED_OPS = frozenset(
@@ -44,8 +44,16 @@ MAX_GROUP = 4  # every-k-blocks and selective-layer recipes for k = 2 .. MAX_GRO
 
 
 def blocks(problem: Problem) -> dict[str, int]:
-    """Forward value → the position of the repeated block it belongs to (values outside every block are absent)."""
-    graph = problem.graph
+    """Forward value → the position of the repeated block it belongs to (values outside every block are absent).
+    Found once per problem and its variants (Problem.graph_memo); the caller does not change it."""
+    found = problem.graph_memo.get("blocks")
+    if found is None:
+        found = problem.graph_memo["blocks"] = _blocks(problem.graph)
+    assert isinstance(found, dict)
+    return found
+
+
+def _blocks(graph: Graph) -> dict[str, int]:
     children: dict[str, set[int]] = {}
     for v in graph.values:
         parts = v.module_path.split(".") if v.module_path else []

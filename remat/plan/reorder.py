@@ -278,13 +278,16 @@ class _Kernels:
             net[k] = alloc[k] - frees
         live, kept = self._ends()
         peak = max(live, kept)
-        groups: dict[int, list[tuple[int, int]]] = {}  # allocation -> heap of (net, kernel)
+        sizes = sorted(set(alloc))  # the groups' allocations, ascending
+        rank = {ak: g for g, ak in enumerate(sizes)}
+        heaps: list[list[tuple[int, int]]] = [[] for _ in sizes]  # per group: a heap of (net, kernel)
+        group = [rank[ak] for ak in alloc]
         is_ready = bytearray(len(reads))
         for k in range(len(reads)):
             if not indegree[k]:
                 is_ready[k] = 1
-                groups.setdefault(alloc[k], []).append((net[k], k))
-        for heap in groups.values():
+                heaps[group[k]].append((net[k], k))
+        for heap in heaps:
             heapq.heapify(heap)
         bound = math.inf if limit is None else limit
         if live >= bound:
@@ -295,23 +298,26 @@ class _Kernels:
         remaining = sum(is_ready)
         while remaining:
             gap = peak - live
-            # min over (allocation beyond the gap, net allocation, position), compared field by field
-            best: tuple[int, int, int] | None = None
-            empty = []
-            for ak, heap in groups.items():
-                while heap and (not is_ready[heap[0][1]] or heap[0][0] != net[heap[0][1]]):
+            # the least (allocation beyond the gap, net allocation, position): of the groups allocating within the
+            # gap, the least heap top; where none has a ready kernel, the top of the least allocation above it
+            best: tuple[int, int] | None = None
+            for g, heap in enumerate(heaps):
+                while heap:
+                    top = heap[0]
+                    if is_ready[top[1]] and top[0] == net[top[1]]:
+                        break
                     pop(heap)
-                if heap:
-                    key = (ak if ak > gap else 0, *heap[0])
-                    if best is None or key < best:
-                        best = key
                 else:
-                    empty.append(ak)
-            for ak in empty:
-                del groups[ak]
+                    continue
+                if sizes[g] > gap:
+                    if best is None:
+                        best = top
+                    break
+                if best is None or top < best:
+                    best = top
             assert best is not None
-            chosen = best[2]
-            pop(groups[alloc[chosen]])
+            chosen = best[1]
+            pop(heaps[group[chosen]])
             is_ready[chosen] = 0
             remaining -= 1
             order.append(chosen)
@@ -326,12 +332,12 @@ class _Kernels:
                 if not indegree[s]:
                     is_ready[s] = 1
                     remaining += 1
-                    push(groups.setdefault(alloc[s], []), (net[s], s))
+                    push(heaps[group[s]], (net[s], s))
             for o in reads[chosen]:
                 outdegree[o] -= 1
                 if outdegree[o] == 1:
                     for r in readers[o]:
                         net[r] -= size[o]
                         if is_ready[r]:
-                            push(groups.setdefault(alloc[r], []), (net[r], r))
+                            push(heaps[group[r]], (net[r], r))
         return order
