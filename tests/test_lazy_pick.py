@@ -18,6 +18,7 @@ from remat.plan.evaluate import Evaluator, least_peak, pick
 from remat.plan.family import heuristic_family
 from remat.plan import bounds
 from remat.plan.bounds import backward_floor, floor, saved_floor
+from remat.plan.simulate import simulate
 
 SEEDS = [pytest.param(seed, marks=pytest.mark.slow) if seed >= 2 else seed for seed in range(12)]
 
@@ -102,6 +103,38 @@ def test_variants_share_resolved_plans_that_their_own_problem_resolves_alike(see
     asked = sum(len(owner._resolved) for owner in (evaluator, *variants))
     assert walked < asked, f"{asked} resolutions walked {walked} plans: none was shared"
     assert len(family) >= asked
+
+
+@pytest.mark.parametrize("options", [{"inner": "inductor"}, {"inner": "aot_eager"}, {"contiguous": True}])
+def test_variants_share_the_facts_of_the_graph_that_their_own_problem_derives_alike(options):
+    """A family's variants share the problem's facts of the graph (Problem.constrained, GRAPH_FACTS): each is the
+    one the variant derives on its own, and derived once for them all."""
+    import dataclasses
+
+    import numpy as np
+
+    from remat.plan.problem import GRAPH_FACTS
+
+    p = problem(0, options.get("inner", "inductor"), rng="replay", contiguous=options.get("contiguous", False))
+    evaluator = Evaluator(p)
+    heuristic_family(evaluator)
+    variants = [v.problem for v in evaluator._variants.values()]
+    assert variants and len(GRAPH_FACTS) >= 9
+    for variant in variants:
+        assert variant.graph_memo is p.graph_memo
+        alone = dataclasses.replace(variant)  # the same fields, no facts derived yet
+        assert alone.graph_memo is not p.graph_memo
+        for name in GRAPH_FACTS:
+            shared, own = getattr(variant, name), getattr(alone, name)
+            assert shared is p.graph_memo[name]
+            if name == "sole_readers":
+                continue  # a memo the simulations fill: checked below, by simulating with it and without
+            if isinstance(own, np.ndarray):
+                assert np.array_equal(shared, own), name
+            else:
+                assert shared == own, name
+        for member in heuristic_family(evaluator)[:8]:
+            assert simulate(variant, member.resolved) == simulate(dataclasses.replace(variant), member.resolved)
 
 
 def test_an_evaluator_of_a_problem_resolving_otherwise_keeps_its_own_table():

@@ -58,6 +58,11 @@ class Scored:
         return self._simulated()[1]
 
     @property
+    def simulated(self) -> bool:
+        """Whether the peak is known (simulated, or given)."""
+        return self._peak is not None
+
+    @property
     def floor(self) -> int:
         """The peak once simulated; before, a lower bound on it."""
         return self._floor if self._peak is None else self._peak
@@ -229,7 +234,10 @@ def pick(family: list[Scored], budget: int | None) -> Scored:
 def least_peak(family: list[Scored]) -> Scored:
     """The member with the least peak (ties: the cheaper, then the earlier), simulating in order of floor only
     the members that may have it."""
-    best: int | None = None
+    # Start from the least of the members simulated already (a walk's): a member whose bound is above it is passed
+    # over unsimulated, the first one included.
+    known = [i for i in range(len(family)) if family[i].simulated]
+    best = min(known, key=lambda i: (family[i].peak, family[i].cost, i)) if known else None
     for i in sorted(range(len(family)), key=lambda i: (family[i].floor, i)):
         member = family[i]
         if best is not None and member.floor > family[best].peak:

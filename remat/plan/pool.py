@@ -70,19 +70,17 @@ def reuse(
     ends = list(lasts)
     end = max(lasts, default=0) + 1
     plain = range(min(scratch_from, len(spans)))
-    counted = np.array(
-        [
-            (first, last, sizes[owner])
-            for owner, first, last in (spans if estimated is None else estimated)[: len(plain)]
-        ],
-        dtype=np.int64,
-    ).reshape(-1, 3)
+    if estimated is None or estimated is spans:
+        counted = (firsts[: len(plain)], lasts[: len(plain)], size[: len(plain)])
+    else:
+        seen = estimated[: len(plain)]
+        counted = ([f for _, f, _ in seen], [e for _, _, e in seen], [sizes[owner] for owner, _, _ in seen])
     for lo, hi in ((0, boundary), (boundary, max(end, boundary))):
         module = [k for k in plain if lo <= firsts[k] and lasts[k] < hi]
         if not module:
             continue
-        estimate = _estimate(counted, lo, hi)
-        peak = estimate.max()
+        estimate = _estimate(*counted, lo, hi)
+        peak = max(estimate)
         # Steps in order; at a step, a kernel's outputs are allocated before it runs, and what it read last is
         # released after: an allocation at step s can take only buffers released before s. Sorting is stable, so
         # spans of one step keep their order.
@@ -100,10 +98,12 @@ def reuse(
                 continue
             released_at = lasts[taken[-1]]
             if kernels[step - 1] > kernels[released_at]:  # a kernel runs between release and allocation
-                a, b = released_at + 1 - lo, step - lo
-                if size[k] + estimate[a:b].max() > peak:
+                grow = size[k]
+                # the held steps: mostly a few, so plain lists beat numpy's per-call cost
+                if grow + max(estimate[released_at + 1 - lo : step - lo]) > peak:
                     continue  # inductor allocates anew, and the freed buffer stays in the pool
-                estimate[a:b] += size[k]
+                for at in range(released_at + 1 - lo, step - lo):
+                    estimate[at] += grow
             ends[taken.pop()] = step - 1  # held until this allocation takes it over
     out = list(spans)
     for k in range(len(spans)):
@@ -112,10 +112,12 @@ def reuse(
     return out
 
 
-def _estimate(spans: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Bytes live at each step of [lo, hi) over `spans` (rows of first step, last step, bytes), clipped to it."""
-    first, last = np.maximum(spans[:, 0], lo), np.minimum(spans[:, 1], hi - 1)
+def _estimate(firsts: Sequence[int], lasts: Sequence[int], sizes: Sequence[int], lo: int, hi: int) -> list[int]:
+    """Bytes live at each step of [lo, hi) over the spans (first step, last step, bytes), clipped to it."""
+    first = np.maximum(np.asarray(firsts, dtype=np.int64), lo)
+    last = np.minimum(np.asarray(lasts, dtype=np.int64), hi - 1)
     inside = first <= last
-    first, last, size = first[inside] - lo, last[inside] - lo, spans[inside, 2].astype(np.float64)
+    size = np.asarray(sizes, dtype=np.float64)[inside]
+    first, last = first[inside] - lo, last[inside] - lo
     delta = np.bincount(first, size, hi - lo + 1) - np.bincount(last + 1, size, hi - lo + 1)
-    return np.cumsum(delta[:-1]).astype(np.int64)
+    return np.cumsum(delta[:-1]).astype(np.int64).tolist()

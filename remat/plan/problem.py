@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import numpy as np
 
@@ -52,6 +52,26 @@ class BaselineSpec:
     chosen: frozenset[str] = frozenset()
 
 
+T = TypeVar("T")
+GRAPH_FACTS: list[str] = []  # the names of Problem's _graph_fact properties, in order of definition
+
+
+def _graph_fact(build: Callable[[Any], T]) -> functools.cached_property[T]:
+    """A cached property that reads the graph, its arrays and the transfer options alone, never the constraints:
+    kept in the problem's graph_memo, which its variants share (Problem.constrained)."""
+    name = build.__name__
+    GRAPH_FACTS.append(name)
+
+    def get(problem: Any) -> T:
+        memo = problem.graph_memo
+        if name not in memo:
+            memo[name] = build(problem)
+        return memo[name]
+
+    get.__doc__ = build.__doc__
+    return functools.cached_property(get)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Problem:
     graph: Graph
@@ -87,15 +107,16 @@ class Problem:
         """Recompute cost as solvers weigh it: the flop cost scaled by a soft user preference."""
         return self._solver_costs[name]
 
-    @functools.cached_property
+    @_graph_fact
     def sole_readers(self) -> dict[tuple[int, tuple[int, ...]], bool]:
         """The simulation's memo of which loops depend on which (fusion._sole_reader): a fact of the graph, asked
         again by every plan simulated."""
         return {}
 
     @functools.cached_property
-    def graph_memo(self) -> dict[str, object]:
-        """Facts of the graph other modules derive once per problem and its variants (recipes.blocks), by name."""
+    def graph_memo(self) -> dict[str, Any]:
+        """Facts of the graph, by name, derived once for a problem and its variants (`constrained`): the properties
+        made with _graph_fact, and what other modules derive (recipes.blocks)."""
         return {}
 
     @functools.cached_property
@@ -117,13 +138,13 @@ class Problem:
             frozenset(index[n] for n in self.constraints.must_save),
         )
 
-    @functools.cached_property
+    @_graph_fact
     def backward_positions(self) -> tuple[int, ...]:
         """Positions of the backward nodes (`backward`), in schedule order."""
         index = self.arrays.index
         return tuple(index[n] for n in self.backward)
 
-    @functools.cached_property
+    @_graph_fact
     def fw_required_mask(self) -> bytes:
         """Per position, 1 for the forward values the forward outputs depend on (`fw_required`)."""
         mask = bytearray(len(self.arrays.names))
@@ -140,14 +161,14 @@ class Problem:
         kept = sum(1 for n in self.candidates if n in c.by_option and n not in c.must_recompute and graph[n].is_tensor)
         return len(self.choosable) + kept
 
-    @functools.cached_property
+    @_graph_fact
     def takes_freed(self) -> tuple[bool, ...]:
         """Per position, whether inductor allocates the value's buffer, so that it may take one freed before
         (pool.allocated_by_inductor, pool.reuse)."""
         graph, fallbacks = self.graph, _torch.inductor_fallback_ops()
         return tuple(pool.allocated_by_inductor(graph, v, fallbacks) for v in graph.values)
 
-    @functools.cached_property
+    @_graph_fact
     def reads_unpacked(self) -> frozenset[str]:
         """The forward values whose forward readers, were the value packed (contiguous=True), read it rather than
         its arena copy (fusion.read_by_a_loop; under inductor only): a fact of the graph, read by every plan
@@ -158,50 +179,33 @@ class Problem:
         forward = bytearray(role == FORWARD for role in a.role)
         return frozenset(a.names[i] for i in range(len(a.names)) if forward[i] and fusion.read_by_a_loop(a, i, forward))
 
-    @functools.cached_property
+    @_graph_fact
     def library_calls(self) -> tuple[bounds.Call, ...]:
         """The backward library calls the arena floor counts (bounds.library_calls): a fact of the graph."""
         return bounds.library_calls(self)
 
-    @functools.cached_property
+    @_graph_fact
     def byte_sizes(self) -> np.ndarray:
         """Per position, the bytes of the value (Arrays.nbytes) as an array: bounds.backward_floor sums them
         under a mask."""
         return np.array(self.arrays.nbytes, dtype=np.int64)
 
-    @functools.cached_property
+    @_graph_fact
     def later_calls(self) -> tuple[bounds.Later, ...]:
         """The backward library calls the backward floor counts (bounds.later_calls): a fact of the graph."""
         return bounds.later_calls(self)
 
-    @functools.cached_property
+    @_graph_fact
     def excluded_storages(self) -> frozenset[int]:
         """Positions of the storages of the gradients the step returns (never counted as activations)."""
         a = self.arrays
         return frozenset(a.storage[a.index[o]] for o in self.graph.bw_outputs)
 
-    # The cached facts above that read the graph, its arrays and the transfer options alone, never the constraints:
-    # a variant of the problem (`constrained`) starts with them.
-    GRAPH_FACTS = (
-        "sole_readers",
-        "graph_memo",
-        "backward_positions",
-        "takes_freed",
-        "reads_unpacked",
-        "library_calls",
-        "byte_sizes",
-        "later_calls",
-        "excluded_storages",
-        "fw_required_mask",
-    )
-
     def constrained(self, constraints: Constraints, choosable: tuple[str, ...]) -> "Problem":
-        """The same problem under other constraints and choosable values, sharing the facts of the graph computed
-        so far (GRAPH_FACTS)."""
+        """The same problem under other constraints and choosable values, sharing its facts of the graph
+        (_graph_fact) through their common graph_memo."""
         other = dataclasses.replace(self, constraints=constraints, choosable=choosable)
-        for name in self.GRAPH_FACTS:
-            if name in self.__dict__:
-                other.__dict__[name] = self.__dict__[name]
+        other.__dict__["graph_memo"] = self.graph_memo
         return other
 
     def resolve(self, chosen: Iterable[str]) -> Resolved:

@@ -86,12 +86,21 @@ def block_outputs(problem: Problem) -> frozenset[str]:
 def _inside(problem: Problem, group: dict[str, int]) -> frozenset[str]:
     """The choosable values of `group` (value → group number) that no forward node outside their group reads."""
     graph = problem.graph
-    kept = set()
-    for name, g in group.items():
-        outside = [u for u in graph[name].users if graph[u].role in (Role.FORWARD, Role.OUTPUT) and group.get(u) != g]
-        if outside:
-            kept.add(graph[name].storage)
+    readers = _forward_readers(problem)
+    kept = {graph[name].storage for name, g in group.items() if any(group.get(u) != g for u in readers[name])}
     return frozenset(n for n in problem.choosable if n in group and n not in kept and graph[n].storage not in kept)
+
+
+def _forward_readers(problem: Problem) -> dict[str, tuple[str, ...]]:
+    """Per value, the forward nodes and outputs that read it: found once per problem and its variants."""
+    found = problem.graph_memo.get("forward readers")
+    if found is None:
+        graph = problem.graph
+        roles = (Role.FORWARD, Role.OUTPUT)
+        found = problem.graph_memo["forward readers"] = {
+            v.name: tuple(u for u in v.users if graph[u].role in roles) for v in graph.values
+        }
+    return found
 
 
 def recipes(problem: Problem) -> list[tuple[str, frozenset[str]]]:
