@@ -159,6 +159,15 @@ class Cutter:
         self.position = {edge: k for k, edge in enumerate(edges)}
         self._flow: nx.DiGraph | None = None
         self._residual: nx.DiGraph | None = None
+        # `cut`'s arrays: the saving edges and their bytes; per choosable value, its recompute edge, its solver cost,
+        # its bytes and its v_in node
+        choosable = problem.choosable
+        self._saving_at = np.array([self.position[(f"{n}/in", f"{n}/out")] for n in self.saving], dtype=np.int64)
+        self._saving_bytes = np.array([self.bytes[n] for n in self.saving], dtype=np.int64)
+        self._source_at = np.array([self.position[(SOURCE, f"{n}/in")] for n in choosable], dtype=np.int64)
+        self._costs = np.array([problem.solver_cost(n) for n in choosable], dtype=np.float64)
+        self._choosable_bytes = np.array([self.bytes[n] for n in choosable], dtype=np.int64)
+        self._choosable_in = np.array([nodes[f"{n}/in"] for n in choosable], dtype=np.int64)
 
     @property
     def flow(self) -> nx.DiGraph:
@@ -189,11 +198,25 @@ class Cutter:
     def cut(self, price: float, saved_at_peak: dict[str, int], held_at_peak: dict[str, int]) -> frozenset[str]:
         """The values a minimum cut recomputes at recompute price `price`, each value's bytes weighted by the
         factors of `saved_at_peak` on its saving edge and of `held_at_peak` on its recompute edge."""
+        choosable = self.problem.choosable
+        saving = self._saving_bytes
+        if saved_at_peak:
+            saving = saving * np.array([saved_at_peak.get(n, 1) for n in self.saving], dtype=np.int64)
+        bound = int(saving.sum()) + 1
+        if bound <= INT32_MAX:  # the capacities as scipy's arrays (the same as `capacities` gives)
+            recompute = np.rint(price * self._costs).astype(np.int64)  # _price: Python's round, to even
+            if held_at_peak:
+                weights = np.array([held_at_peak.get(n, 1) for n in choosable], dtype=np.int64)
+                recompute += self._choosable_bytes * (weights - 1)
+            values = np.full(len(self.position), bound, dtype=np.int64)  # uncuttable edges: `bound`
+            values[self._saving_at] = saving
+            values[self._source_at] = recompute
+            reached = self.edges.source_side(values, bound, self.nodes[SOURCE], self.nodes[SINK])
+            if reached is not None:
+                return frozenset(choosable[k] for k in np.flatnonzero(~reached[self._choosable_in]))
         capacities, bound = self.capacities(price, saved_at_peak, held_at_peak)
-        source_side = self._scipy_cut(capacities, bound)
-        if source_side is None:
-            source_side = self._networkx_cut(capacities)
-        return frozenset(n for n in self.problem.choosable if f"{n}/in" not in source_side)
+        source_side = self._networkx_cut(capacities)
+        return frozenset(n for n in choosable if f"{n}/in" not in source_side)
 
     def capacities(
         self, price: float, saved_at_peak: dict[str, int], held_at_peak: dict[str, int]
