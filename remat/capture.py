@@ -252,6 +252,7 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
     names: dict[object, str] = {}
     views: dict[object, bool] = {}
     paths: dict[str, str] = {}
+    dtypes: dict[torch.dtype, str] = {}
     symbols: set[str] = set()
     for index, node in enumerate(nodes):
         inputs = tuple(dict.fromkeys(a.name for a in node.all_input_nodes))
@@ -279,8 +280,13 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
         else:
             storage[node.name] = node.name
         if is_tensor and not is_view:
-            nbytes, expr = tensor_bytes(val), _tensor_bytes_expr(val)
-            symbols.update(str(s) for s in expr.free_symbols)
+            numel = val.numel()
+            if isinstance(numel, torch.SymInt):
+                nbytes, expr = tensor_bytes(val), _tensor_bytes_expr(val)
+                symbols.update(str(s) for s in expr.free_symbols)
+            else:  # a static size: no symbols
+                nbytes = numel * val.element_size()
+                expr = sympy.Integer(nbytes)
         else:
             nbytes, expr = 0, sympy.Integer(0)
         values.append(
@@ -298,7 +304,9 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
                 is_view=is_view,
                 is_multi=is_multi,
                 shape=tuple(sym_hint(s) for s in val.shape) if is_tensor else (),
-                dtype=str(val.dtype).replace("torch.", "") if is_tensor else "",
+                dtype=dtypes.get(val.dtype) or dtypes.setdefault(val.dtype, str(val.dtype).replace("torch.", ""))
+                if is_tensor
+                else "",
                 module_path=_module_path(node, paths),
                 tags=(tags[target] if target in tags else tags.setdefault(target, _tags(node)))
                 | (_FORMULA if _torch.partitioner_tag(node) == "is_backward" else frozenset()),

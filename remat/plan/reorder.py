@@ -137,7 +137,7 @@ class _Kernels:
         for i in order:
             member[i] = 1
         self._graph = (a, nodes, order, position, through)
-        self._links: tuple[list[set[int]], list[list[int]]] | None = None
+        self._links: tuple[list[int], list[list[int]]] | None = None
         self.size = nbytes  # bytes per buffer (storage owner)
         self.reads: list[tuple[int, ...]] = []  # per kernel: the counted buffers it reads
         self.writes: list[tuple[int, ...]] = []  # per kernel: the buffers it allocates
@@ -174,32 +174,38 @@ class _Kernels:
     @property
     def preds(self) -> list[set[int]]:
         """Per kernel: the kernels it waits for."""
-        return self._dependencies()[0]
+        preds: list[set[int]] = [set() for _ in self.reads]
+        for p, waiting in enumerate(self.succs):
+            for k in waiting:
+                preds[k].add(p)
+        return preds
 
     @property
     def succs(self) -> list[list[int]]:
         """Per kernel: the kernels that wait for it, in order."""
         return self._dependencies()[1]
 
-    def _dependencies(self) -> tuple[list[set[int]], list[list[int]]]:
+    def _dependencies(self) -> tuple[list[int], list[list[int]]]:
+        """(per kernel: how many kernels it waits for, `succs`), found once."""
         if self._links is None:
             a, nodes, order, position, through = self._graph
             after = self._after(a, order, position, through)
             distinct = a.distinct
-            all_preds: list[set[int]] = []
             succs: list[list[int]] = [[] for _ in nodes]
+            indegree = [0] * len(nodes)
+            seen = [-1] * len(nodes)  # per kernel: the last kernel found waiting for it (each is counted once)
             for k, kernel in enumerate(nodes):
-                preds: set[int] = set()
+                seen[k] = k  # no kernel waits for itself
                 for i in kernel:
                     for j in distinct[i]:
                         found = after[j]
                         if found is not None:
-                            preds.update(found)
-                preds.discard(k)
-                all_preds.append(preds)
-                for p in preds:
-                    succs[p].append(k)
-            self._links = (all_preds, succs)
+                            for p in found:
+                                if seen[p] != k:
+                                    seen[p] = k
+                                    succs[p].append(k)
+                                    indegree[k] += 1
+            self._links = (indegree, succs)
         return self._links
 
     def _ends(self) -> tuple[int, int]:
@@ -262,7 +268,7 @@ class _Kernels:
         with stale entries dropped lazily (a kernel's net allocation only falls, as the buffers it reads lose their
         other readers): a step looks at one entry per group, not at every ready kernel."""
         size, reads, writes, outputs = self.size, self.reads, self.writes, self.outputs
-        indegree = [len(p) for p in self.preds]
+        indegree = list(self._dependencies()[0])
         outdegree = {o: len(r) + outputs[o] for o, r in self.readers.items()}  # readers left, +1 for an output
         alloc = [0] * len(reads)
         net = [0] * len(reads)
