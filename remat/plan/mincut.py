@@ -199,22 +199,16 @@ class Cutter:
         """The values a minimum cut recomputes at recompute price `price`, each value's bytes weighted by the
         factors of `saved_at_peak` on its saving edge and of `held_at_peak` on its recompute edge."""
         choosable = self.problem.choosable
-        saving = self._saving_bytes
-        if saved_at_peak:
-            saving = saving * np.array([saved_at_peak.get(n, 1) for n in self.saving], dtype=np.int64)
+        saving, recompute = self._weighted(price, saved_at_peak, held_at_peak)
         bound = int(saving.sum()) + 1
-        if bound <= INT32_MAX:  # the capacities as scipy's arrays (the same as `capacities` gives)
-            recompute = np.rint(price * self._costs).astype(np.int64)  # _price: Python's round, to even
-            if held_at_peak:
-                weights = np.array([held_at_peak.get(n, 1) for n in choosable], dtype=np.int64)
-                recompute += self._choosable_bytes * (weights - 1)
+        if bound <= INT32_MAX:  # scipy's cut, its capacities set from the arrays
             values = np.full(len(self.position), bound, dtype=np.int64)  # uncuttable edges: `bound`
             values[self._saving_at] = saving
             values[self._source_at] = recompute
             reached = self.edges.source_side(values, bound, self.nodes[SOURCE], self.nodes[SINK])
             if reached is not None:
                 return frozenset(choosable[k] for k in np.flatnonzero(~reached[self._choosable_in]))
-        capacities, bound = self.capacities(price, saved_at_peak, held_at_peak)
+        capacities, _ = self.capacities(price, saved_at_peak, held_at_peak)
         source_side = self._networkx_cut(capacities)
         return frozenset(n for n in choosable if f"{n}/in" not in source_side)
 
@@ -224,13 +218,26 @@ class Cutter:
         """The capacity of every cuttable edge for `cut`, and a bound above some cut's value: cutting every saving
         edge separates the source from the sink wherever a cut is finite, so above their sum a capacity is as good
         as infinite."""
-        capacities = {(f"{n}/in", f"{n}/out"): self.bytes[n] * saved_at_peak.get(n, 1) for n in self.saving}
+        saving, recompute = self._weighted(price, saved_at_peak, held_at_peak)
+        capacities = dict(zip(((f"{n}/in", f"{n}/out") for n in self.saving), saving.tolist()))
         bound = sum(capacities.values()) + 1
-        capacities.update(
-            ((SOURCE, f"{n}/in"), self._price(price, n) + self.bytes[n] * (held_at_peak.get(n, 1) - 1))
-            for n in self.problem.choosable
-        )
+        capacities.update(zip(((SOURCE, f"{n}/in") for n in self.problem.choosable), recompute.tolist()))
         return capacities, bound
+
+    def _weighted(
+        self, price: float, saved_at_peak: dict[str, int], held_at_peak: dict[str, int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(the saving edges' capacities, in `saving`'s order; the recompute edges', in the choosable values'):
+        bytes times the weight of `saved_at_peak`; the price of the recompute cost (rounded half to even, as
+        Python's round) plus the bytes times the weight of `held_at_peak` less one."""
+        saving = self._saving_bytes
+        if saved_at_peak:
+            saving = saving * np.array([saved_at_peak.get(n, 1) for n in self.saving], dtype=np.int64)
+        recompute = np.rint(price * self._costs).astype(np.int64)
+        if held_at_peak:
+            weights = np.array([held_at_peak.get(n, 1) for n in self.problem.choosable], dtype=np.int64)
+            recompute += self._choosable_bytes * (weights - 1)
+        return saving, recompute
 
     def _scipy_cut(self, capacities: dict[tuple[str, str], int], bound: int) -> set[str] | None:
         if bound > INT32_MAX:

@@ -62,13 +62,10 @@ def _graph_fact(build: Callable[[Any], T]) -> functools.cached_property[T]:
     name = build.__name__
     GRAPH_FACTS.append(name)
 
+    @functools.wraps(build)
     def get(problem: Any) -> T:
-        memo = problem.graph_memo
-        if name not in memo:
-            memo[name] = build(problem)
-        return memo[name]
+        return problem.graph_fact(name, build)
 
-    get.__doc__ = build.__doc__
     return functools.cached_property(get)
 
 
@@ -200,6 +197,14 @@ class Problem:
         """Positions of the storages of the gradients the step returns (never counted as activations)."""
         a = self.arrays
         return frozenset(a.storage[a.index[o]] for o in self.graph.bw_outputs)
+
+    def graph_fact(self, name: str, build: Callable[["Problem"], T]) -> T:
+        """The fact of the graph `name` in graph_memo, made by `build(self)` when first asked for: it must read the
+        graph, its arrays and the transfer options alone, as the problem's variants share it."""
+        memo = self.graph_memo
+        if name not in memo:
+            memo[name] = build(self)
+        return memo[name]
 
     def constrained(self, constraints: Constraints, choosable: tuple[str, ...]) -> "Problem":
         """The same problem under other constraints and choosable values, sharing its facts of the graph

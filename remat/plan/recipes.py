@@ -45,12 +45,8 @@ MAX_GROUP = 4  # every-k-blocks and selective-layer recipes for k = 2 .. MAX_GRO
 
 def blocks(problem: Problem) -> dict[str, int]:
     """Forward value → the position of the repeated block it belongs to (values outside every block are absent).
-    Found once per problem and its variants (Problem.graph_memo); the caller does not change it."""
-    found = problem.graph_memo.get("blocks")
-    if found is None:
-        found = problem.graph_memo["blocks"] = _blocks(problem.graph)
-    assert isinstance(found, dict)
-    return found
+    Found once per problem and its variants (Problem.graph_fact); the caller does not change it."""
+    return problem.graph_fact("blocks", lambda p: _blocks(p.graph))
 
 
 def _blocks(graph: Graph) -> dict[str, int]:
@@ -93,14 +89,11 @@ def _inside(problem: Problem, group: dict[str, int]) -> frozenset[str]:
 
 def _forward_readers(problem: Problem) -> dict[str, tuple[str, ...]]:
     """Per value, the forward nodes and outputs that read it: found once per problem and its variants."""
-    found = problem.graph_memo.get("forward readers")
-    if found is None:
-        graph = problem.graph
-        roles = (Role.FORWARD, Role.OUTPUT)
-        found = problem.graph_memo["forward readers"] = {
-            v.name: tuple(u for u in v.users if graph[u].role in roles) for v in graph.values
-        }
-    return found
+    return problem.graph_fact("forward readers", lambda p: _readers_of(p.graph, (Role.FORWARD, Role.OUTPUT)))
+
+
+def _readers_of(graph: Graph, roles: tuple[Role, ...]) -> dict[str, tuple[str, ...]]:
+    return {v.name: tuple(u for u in v.users if graph[u].role in roles) for v in graph.values}
 
 
 def recipes(problem: Problem) -> list[tuple[str, frozenset[str]]]:
