@@ -155,7 +155,7 @@ class Evaluator:
     def _cost(self, resolved: Resolved) -> float:
         cost = self._costs.get(resolved)
         if cost is None:
-            cost = self._costs[resolved] = sum(map(self.problem.solver_cost, resolved.recomputed))
+            cost = self._costs[resolved] = self.problem.solver_costs(resolved.recomputed)
         return cost
 
     def score(self, chosen: Iterable[str], label: str = "") -> Scored:

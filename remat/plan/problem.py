@@ -18,8 +18,8 @@ from .. import _torch
 from ..annotate import PREFERENCE_SCALE, Constraints
 from ..capture import Graph, Role
 from ..runtime import table
-from . import bounds, fusion, pool
-from .arrays import FORWARD, PRIMAL, Arrays, arrays
+from . import bounds, fusion, pool, walks
+from .arrays import FORWARD, Arrays, arrays
 from .replication import rank_local
 from .transfer import Transfer, eligible, hides_offload
 
@@ -103,6 +103,10 @@ class Problem:
     def solver_cost(self, name: str) -> float:
         """Recompute cost as solvers weigh it: the flop cost scaled by a soft user preference."""
         return self._solver_costs[name]
+
+    def solver_costs(self, names: Iterable[str]) -> float:
+        """The solver costs of `names` summed (solver_cost of each)."""
+        return sum(map(self._solver_costs.__getitem__, names))
 
     @_graph_fact
     def sole_readers(self) -> dict[tuple[int, tuple[int, ...]], bool]:
@@ -228,7 +232,18 @@ class Problem:
 
     def resolve_recomputing(self, recompute: frozenset[int]) -> Resolved:
         """The plan recomputing what backward needs of the positions `recompute` (`recomputing`'s answer)."""
-        return self._walk(recompute.__contains__)
+        walk = self._walks.walk(recompute)
+        names = self.arrays.names
+        saved = frozenset([names[i] for i in walk.saved])
+        offloaded, sharded = self._transfers(saved)
+        recomputed = frozenset([names[i] for i in walk.recomputed])
+        inputs = frozenset((*self.needed_inputs, *(names[i] for i in walk.inputs)))
+        return Resolved(saved, recomputed, inputs, offloaded, sharded)
+
+    @functools.cached_property
+    def _walks(self) -> walks.Walks:
+        index = self.arrays.index
+        return walks.Walks(self.arrays, tuple(index[n] for n in self.needed))
 
     @property
     def walk_facts(self) -> tuple:
@@ -248,37 +263,9 @@ class Problem:
     def resolve_saved(self, saved: Iterable[str]) -> Resolved:
         """The plan that saves exactly `saved` (forward values, views and symbolic sizes included, primals count as
         inputs) and recomputes whatever else backward reads, as another partitioner decided it."""
-        index = self.arrays.index
-        keep = {index[n] for n in saved if n in index}
-        return self._walk(lambda i: i not in keep)
-
-    def _walk(self, recomputes) -> Resolved:
-        """From what backward reads up through the forward: a value is recomputed where `recomputes(position)` (its
-        inputs are then needed too) and saved otherwise; forward inputs are inputs."""
         a = self.arrays
-        role, inputs_of, names = a.role, a.inputs, a.names
-        seen = bytearray(len(names))
-        saved: list[str] = []
-        recomputed: list[str] = []
-        inputs = list(self.needed_inputs)
-        stack = [a.index[n] for n in self.needed]
-        while stack:
-            i = stack.pop()
-            if seen[i]:
-                continue
-            if role[i] == PRIMAL:
-                seen[i] = 1
-                inputs.append(names[i])
-            elif role[i] == FORWARD:
-                seen[i] = 1
-                if recomputes(i):
-                    recomputed.append(names[i])
-                    stack.extend(inputs_of[i])
-                else:
-                    saved.append(names[i])
-        kept = frozenset(saved)
-        offloaded, sharded = self._transfers(kept)
-        return Resolved(kept, frozenset(recomputed), frozenset(inputs), offloaded, sharded)
+        keep = {a.index[n] for n in saved if n in a.index}
+        return self.resolve_recomputing(frozenset(i for i, r in enumerate(a.role) if r == FORWARD and i not in keep))
 
     def saved_owners(self, resolved: Resolved) -> frozenset[str]:
         """The saved values with each saved view of a forward value replaced by its base, whose storage it keeps

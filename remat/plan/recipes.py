@@ -18,7 +18,9 @@ simulator scores it like any other candidate. Pure functions of the problem.
 
 from __future__ import annotations
 
+import functools
 import re
+from typing import Callable
 
 from ..capture import Graph, Role
 from .problem import Problem
@@ -41,6 +43,7 @@ _PROJECTIONS = frozenset({"aten.mm.default", "aten.addmm.default"})
 _NUMBERED = re.compile(r"^(.*?)\.?(\d+)$")
 _ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
 MAX_GROUP = 4  # every-k-blocks and selective-layer recipes for k = 2 .. MAX_GROUP
+PER_BLOCK = "per-block checkpoint"
 
 
 def blocks(problem: Problem) -> dict[str, int]:
@@ -76,15 +79,39 @@ def block_outputs(problem: Problem) -> frozenset[str]:
     the next block's input), with the values sharing their storage."""
     block = blocks(problem)
     in_blocks = frozenset(n for n in problem.choosable if n in block)
-    return in_blocks - _inside(problem, block)
+    return in_blocks - _inside(problem, PER_BLOCK, _same)
 
 
-def _inside(problem: Problem, group: dict[str, int]) -> frozenset[str]:
-    """The choosable values of `group` (value → group number) that no forward node outside their group reads."""
+def _same(b: int) -> int:
+    return b
+
+
+def _of_group(k: int, b: int) -> int:
+    """The group of k consecutive blocks block `b` is in."""
+    return b // k
+
+
+def _if_kth(k: int, b: int) -> int | None:
+    """Block `b` where it is every k-th block, else None."""
+    return b if b % k == 0 else None
+
+
+def _inside(problem: Problem, name: str, grouping: Callable[[int], int | None]) -> frozenset[str]:
+    """The choosable values of the blocks grouped by `grouping` (block position → group, None: left out) that no
+    forward node outside their group reads. Which values those are is found once per problem and its variants
+    (Problem.graph_fact), under the recipe's `name`."""
+    inside = problem.graph_fact(f"recipe {name}", lambda p: _inside_groups(p, grouping))
+    return frozenset(n for n in problem.choosable if n in inside)
+
+
+def _inside_groups(problem: Problem, grouping: Callable[[int], int | None]) -> frozenset[str]:
+    """The values of the grouped blocks that no forward node outside their group reads, nor one sharing their
+    storage (`_inside`)."""
     graph = problem.graph
     readers = _forward_readers(problem)
+    group = {n: g for n, b in blocks(problem).items() if (g := grouping(b)) is not None}
     kept = {graph[name].storage for name, g in group.items() if any(group.get(u) != g for u in readers[name])}
-    return frozenset(n for n in problem.choosable if n in group and n not in kept and graph[n].storage not in kept)
+    return frozenset(n for n in group if n not in kept and graph[n].storage not in kept)
 
 
 def _forward_readers(problem: Problem) -> dict[str, tuple[str, ...]]:
@@ -103,12 +130,12 @@ def recipes(problem: Problem) -> list[tuple[str, frozenset[str]]]:
     count = len(set(block.values()))
     out: list[tuple[str, frozenset[str]]] = []
     if count >= 2:
-        out.append(("per-block checkpoint", _inside(problem, block)))
+        out.append((PER_BLOCK, _inside(problem, PER_BLOCK, _same)))
         for k in range(2, min(MAX_GROUP, count) + 1):
-            out.append((f"every-{k}-blocks checkpoint", _inside(problem, {n: b // k for n, b in block.items()})))
-            out.append(
-                (f"checkpoint every {k}th block", _inside(problem, {n: b for n, b in block.items() if b % k == 0}))
-            )
+            every = f"every-{k}-blocks checkpoint"
+            out.append((every, _inside(problem, every, functools.partial(_of_group, k))))
+            kth = f"checkpoint every {k}th block"
+            out.append((kth, _inside(problem, kth, functools.partial(_if_kth, k))))
         per_block = out[0][1]
         out.append(("op-level SAC", frozenset(n for n in per_block if graph[n].op not in SAVED_OPS)))
     everywhere = frozenset(n for n in problem.choosable if graph[n].op not in SAVED_OPS)
@@ -127,7 +154,10 @@ def _attention_core(problem: Problem) -> frozenset[str]:
     """Values computed inside attention modules between the projections: not a projection's output, not read by a
     projection, not read outside the attention module."""
     graph = problem.graph
-    module = {v.name: _attention_module(v.module_path) for v in graph.values if v.role is Role.FORWARD}
+    module = problem.graph_fact(
+        "attention modules",
+        lambda p: {v.name: _attention_module(v.module_path) for v in p.graph.values if v.role is Role.FORWARD},
+    )
     core = set()
     for name in problem.choosable:
         v = graph[name]
