@@ -4,6 +4,7 @@ and simulate read (the solvers call them hundreds of times per graph)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from ..capture import BACKWARD_FORMULA, Graph, Role
@@ -46,6 +47,16 @@ class Arrays:
     numel: tuple[int, ...] = ()  # elements of the (first) tensor a node returns: a loop's iteration size
     distinct: tuple[tuple[int, ...], ...] = ()  # per node: its inputs without repeats, in argument order
     view_users: tuple[bool, ...] = ()  # per node: a view reads it (fusion._readers looks through views)
+
+    @functools.cached_property
+    def view_mask(self) -> bytes:
+        """Per node, 1 for a view: `is_view` as bytes, for whole-array masks (`either`)."""
+        return bytes(self.is_view)
+
+
+def either(x: bytes | bytearray, y: bytes | bytearray) -> bytearray:
+    """Per position, 1 where `x` or `y` holds 1 (masks of 0 and 1 bytes, of one length)."""
+    return bytearray((int.from_bytes(x, "little") | int.from_bytes(y, "little")).to_bytes(len(x), "little"))
 
 
 def arrays(graph: Graph) -> Arrays:

@@ -20,7 +20,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
-from . import fusion
+from . import arrays, fusion
 
 
 def peak_order(
@@ -33,11 +33,7 @@ def peak_order(
     the greedy order too."""
     order = together(a, order, groups)
     # views are no kernels of inductor's: like the values computed inside kernels, each runs ahead of its first reader
-    through = bytearray(inside)
-    is_view = a.is_view
-    for i in order:
-        if is_view[i]:
-            through[i] = 1
+    through = arrays.either(inside, a.view_mask)
     nodes = _kernel_nodes([i for i in order if not through[i]], groups)
     if len(nodes) < 3:
         return list(order)
@@ -97,6 +93,8 @@ def together(a, order: Sequence[int], groups: Sequence[tuple[int, ...]]) -> list
 
 def _kernel_nodes(nodes: list[int], groups: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
     """The module's kernels in order, each the nodes it computes: one node, or a group where its first node runs."""
+    if not groups:
+        return [(i,) for i in nodes]
     group_of = {i: group for group in groups for i in group}
     kernels: list[list[int]] = []
     started: dict[tuple[int, ...], list[int]] = {}
@@ -242,21 +240,22 @@ class _Kernels:
     def estimate(self, seq: Sequence[int]) -> int:
         """inductor's peak estimate of running the kernels in `seq`: the inputs it may free live from the start to
         their last reader, each buffer from its kernel to its last reader, the outputs to the end."""
+        reads, writes, size, outputs, produced = self.reads, self.writes, self.size, self.outputs, self.produced
         last: dict[int, int] = {}
         for step, k in enumerate(seq):
-            for o in self.reads[k]:
+            for o in reads[k]:
                 last[o] = step
         delta = [0] * (len(seq) + 1)
         start = 0
         for o, step in last.items():
-            if o not in self.produced:
-                start += self.size[o]
-                delta[step + 1] -= self.size[o]
+            if o not in produced:
+                start += size[o]
+                delta[step + 1] -= size[o]
         for step, k in enumerate(seq):
-            for o in self.writes[k]:
-                delta[step] += self.size[o]
-                if not self.outputs[o]:
-                    delta[last.get(o, step) + 1] -= self.size[o]
+            for o in writes[k]:
+                delta[step] += size[o]
+                if not outputs[o]:
+                    delta[last.get(o, step) + 1] -= size[o]
         return max(itertools.accumulate(delta[:-1], initial=start))
 
     def least_peak_first(self, limit: int | None = None) -> list[int] | None:
