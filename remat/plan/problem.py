@@ -232,18 +232,13 @@ class Problem:
 
     def resolve_recomputing(self, recompute: frozenset[int]) -> Resolved:
         """The plan recomputing what backward needs of the positions `recompute` (`recomputing`'s answer)."""
-        walk = self._walks.walk(recompute)
+        walk = self.graph_fact("walks", _walks).walk(recompute)
         names = self.arrays.names
         saved = frozenset([names[i] for i in walk.saved])
         offloaded, sharded = self._transfers(saved)
         recomputed = frozenset([names[i] for i in walk.recomputed])
         inputs = frozenset((*self.needed_inputs, *(names[i] for i in walk.inputs)))
         return Resolved(saved, recomputed, inputs, offloaded, sharded)
-
-    @functools.cached_property
-    def _walks(self) -> walks.Walks:
-        index = self.arrays.index
-        return walks.Walks(self.arrays, tuple(index[n] for n in self.needed))
 
     @property
     def walk_facts(self) -> tuple:
@@ -291,6 +286,13 @@ class Problem:
             else set()
         )
         return frozenset(offload), frozenset(shard)
+
+
+def _walks(problem: Problem) -> walks.Walks:
+    """The walks resolving the problem's choices, shared by its variants (Problem.graph_fact): they read the graph's
+    arrays and what backward reads alone."""
+    index = problem.arrays.index
+    return walks.Walks(problem.arrays, tuple(index[n] for n in problem.needed))
 
 
 def build_problem(

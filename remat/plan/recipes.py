@@ -116,10 +116,11 @@ def _inside_groups(problem: Problem, grouping: Callable[[int], int | None]) -> f
 
 def _forward_readers(problem: Problem) -> dict[str, tuple[str, ...]]:
     """Per value, the forward nodes and outputs that read it: found once per problem and its variants."""
-    return problem.graph_fact("forward readers", lambda p: _readers_of(p.graph, (Role.FORWARD, Role.OUTPUT)))
+    return problem.graph_fact("forward readers", lambda p: _forward_readers_of(p.graph))
 
 
-def _readers_of(graph: Graph, roles: tuple[Role, ...]) -> dict[str, tuple[str, ...]]:
+def _forward_readers_of(graph: Graph) -> dict[str, tuple[str, ...]]:
+    roles = (Role.FORWARD, Role.OUTPUT)
     return {v.name: tuple(u for u in v.users if graph[u].role in roles) for v in graph.values}
 
 

@@ -33,7 +33,6 @@ class Walks:
 
     def __init__(self, a, needed: tuple[int, ...]):
         self._a = a
-        self._needed = needed
         nothing: frozenset[int] = frozenset()
         self._base = self._walk(Walk(nothing, bytes(len(a.names)), (), (), ()), nothing, list(needed))
         self._kept: list[Walk] = []
@@ -46,24 +45,25 @@ class Walks:
                 start = kept
         if start.recompute == recompute:
             return start
-        inputs_of = self._a.inputs
-        stack: list[int] = []
-        for i in start.saved:
-            if i in recompute:
-                stack.extend(inputs_of[i])
-        found = self._walk(start, recompute, stack)
+        found = self._walk(start, recompute, [])
         self._kept.append(found)
         if len(self._kept) > KEEP:
             del self._kept[0]
         return found
 
     def _walk(self, start: Walk, recompute: frozenset[int], stack: list[int]) -> Walk:
-        """`start` walked on from `stack` (the inputs of the values it saved that `recompute` recomputes)."""
+        """`start` walked on from `stack` and from the inputs of the values it saved that `recompute` recomputes."""
         a = self._a
         role, inputs_of = a.role, a.inputs
         seen = bytearray(start.seen)
-        saved = [i for i in start.saved if i not in recompute]
-        recomputed = [*start.recomputed, *(i for i in start.saved if i in recompute)]
+        saved: list[int] = []
+        recomputed = list(start.recomputed)
+        for i in start.saved:
+            if i in recompute:
+                recomputed.append(i)
+                stack.extend(inputs_of[i])
+            else:
+                saved.append(i)
         inputs = list(start.inputs)
         while stack:
             i = stack.pop()
