@@ -247,13 +247,13 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
 
     storage: dict[str, str] = {}
     values: list[Value] = []
-    # per op (per getitem: per op of the tuple): reading schemas and torch.Tag names is slow
-    tags: dict[object, frozenset[str]] = {}
+    tags: dict[object, frozenset[str]] = {}  # per (op, traced in backward): _tags_of
     names: dict[object, str] = {}
     views: dict[object, bool] = {}
     paths: dict[str, str] = {}
     dtypes: dict[torch.dtype, str] = {}
     symbols: set[str] = set()
+    shapes: dict[tuple, tuple] = {}  # one tuple per distinct shape: the graph's values live as long as it does
     for index, node in enumerate(nodes):
         inputs = tuple(dict.fromkeys(a.name for a in node.all_input_nodes))
         users = tuple(u.name for u in sorted(node.users, key=position.__getitem__))
@@ -303,13 +303,12 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
                 is_tensor=is_tensor,
                 is_view=is_view,
                 is_multi=is_multi,
-                shape=tuple(sym_hint(s) for s in val.shape) if is_tensor else (),
+                shape=_one(shapes, tuple(sym_hint(s) for s in val.shape)) if is_tensor else (),
                 dtype=dtypes.get(val.dtype) or dtypes.setdefault(val.dtype, str(val.dtype).replace("torch.", ""))
                 if is_tensor
                 else "",
                 module_path=_module_path(node, paths),
-                tags=(tags[target] if target in tags else tags.setdefault(target, _tags(node)))
-                | (_FORMULA if _torch.partitioner_tag(node) == "is_backward" else frozenset()),
+                tags=_tags_of(node, tags),
                 device=_device(val),
                 origin=_torch.origin_name(node),
                 is_opaque=not is_tensor and _torch.is_opaque(val),
@@ -322,6 +321,22 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
     fw_out = tuple(a.name for a in out_args[:num_fwd_outputs] if isinstance(a, fx.Node))
     bw_out = tuple(a.name for a in out_args[num_fwd_outputs:] if isinstance(a, fx.Node))
     return Graph(tuple(values), num_fwd_outputs, fw_out, bw_out, tuple(sorted(symbols)), _mutated_inputs(nodes))
+
+
+def _tags_of(node: fx.Node, seen: dict[object, frozenset[str]]) -> frozenset[str]:
+    """The node's Value.tags: its op's torch.Tag names (read once per op: reading schemas is slow), and remat's
+    BACKWARD_FORMULA where aot_autograd traced it in the backward pass; one frozenset per distinct set."""
+    formula = _torch.partitioner_tag(node) == "is_backward"
+    key = (node.target, formula)
+    found = seen.get(key)
+    if found is None:
+        found = seen[key] = _tags(node) | (_FORMULA if formula else frozenset())
+    return found
+
+
+def _one(seen: dict, key: tuple) -> tuple:
+    """`key`, or the equal tuple `seen` holds already."""
+    return seen.setdefault(key, key)
 
 
 # remat's marker (a Value tag) for a node aot_autograd traced in the backward pass (part of a gradient formula).

@@ -66,9 +66,14 @@ def arrays(graph: Graph) -> Arrays:
     index = {v.name: i for i, v in enumerate(values)}
     by_name = graph.by_name
     n = len(values)
+    # one tuple per distinct key: every array of the graph lives as long as the compiled graph does, and each
+    # object that lives on is one more for Python's collector to walk
+    keys: dict[tuple[str, int], tuple[str, int]] = {}
 
     def row(v) -> tuple:
         read = tuple(index[i] for i in v.inputs)
+        distinct = tuple(dict.fromkeys(read))
+        key = (v.dtype, v.nbytes)
         owner = index[v.storage]
         owner_role = values[owner].role
         target = fusion.addmm_target(graph, v)
@@ -86,12 +91,12 @@ def arrays(graph: Graph) -> Arrays:
             index[target] if target else -1,  # folds
             tuple(index[u] for u in v.users),  # users
             v.is_view,  # is_view
-            (v.dtype, v.nbytes),  # reuse_keys
+            keys.setdefault(key, key),  # reuse_keys
             BACKWARD_FORMULA in v.tags,  # formula
             v.device == "cpu" and v.op in fusion.HEAVY_CPU,  # heavy
             fusion.ACC_READS_LIMIT.get(v.device, fusion.ACC_READS_DEFAULT),  # acc_reads
             _numel(v.shape),  # numel
-            tuple(dict.fromkeys(read)),  # distinct
+            read if len(distinct) == len(read) else distinct,  # distinct
             any(by_name[u].is_view for u in v.users),  # view_users
         )
 

@@ -32,13 +32,14 @@ not depend on the budget: `pick` takes the cheapest plan of the family whose *si
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import networkx as nx
 import numpy as np
 from networkx.algorithms.flow import boykov_kolmogorov, build_residual_network
 
-from ..capture import Role
 from . import greedy
+from .arrays import FORWARD as FORWARD_ROLE
 from .evaluate import Evaluator, Scored, least_peak
 from .maxflow import INT32_MAX, Edges
 from .problem import Problem, Resolved
@@ -75,18 +76,37 @@ def _saving(problem: Problem) -> list[str]:
 
 def _value_edges(problem: Problem) -> list[tuple[str, str]]:
     """The flow graph's edges without the recompute prices' (module docstring), each once, in order."""
-    graph, c = problem.graph, problem.constraints
-    edges: dict[tuple[str, str], None] = {}
+    names = problem.arrays.names
+    return [(_node_name(u, names), _node_name(v, names)) for u, v in _edge_keys(problem)]
+
+
+# The flow graph's nodes as integer keys: the source, the sink, and for the value at joint-graph position i its
+# v_in (IN + 2i) and its v_out (OUT + 2i).
+SOURCE_KEY, SINK_KEY, IN, OUT = 0, 1, 2, 3
+
+
+def _edge_keys(problem: Problem) -> list[tuple[int, int]]:
+    """_value_edges over the nodes' keys."""
+    a, c = problem.arrays, problem.constraints
+    index, inputs, role = a.index, a.inputs, a.role
+    edges: dict[tuple[int, int], None] = {}
     for name in problem.candidates:
-        edges[(f"{name}/in", f"{name}/out")] = None
+        i = index[name]
+        edges[(IN + 2 * i, OUT + 2 * i)] = None
         if name in c.must_save:
-            edges[(SOURCE, f"{name}/in")] = None  # cannot be recomputed
-        for inp in graph[name].inputs:
-            if graph[inp].role is Role.FORWARD:
-                edges[(f"{inp}/out", f"{name}/in")] = None
+            edges[(SOURCE_KEY, IN + 2 * i)] = None  # cannot be recomputed
+        for j in inputs[i]:
+            if role[j] == FORWARD_ROLE:
+                edges[(OUT + 2 * j, IN + 2 * i)] = None
     for name in problem.needed:
-        edges[(f"{name}/out", SINK)] = None
+        edges[(OUT + 2 * index[name], SINK_KEY)] = None
     return list(edges)
+
+
+def _node_name(key: int, names: tuple[str, ...]) -> str:
+    if key < IN:
+        return SOURCE if key == SOURCE_KEY else SINK
+    return f"{names[(key - IN) // 2]}/{'in' if key % 2 == 0 else 'out'}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,31 +163,39 @@ class Cutter:
 
     def __init__(self, problem: Problem, top_price: float):
         self.problem = problem
-        self.held = held(problem)
         graph = problem.graph
         self.bytes = {n: graph[n].nbytes for n in problem.candidates}
         self.saving = _saving(problem)
         self._top_price = top_price
-        edges = _value_edges(problem) + [(SOURCE, f"{n}/in") for n in problem.choosable]
-        self.nodes: dict[str, int] = {SOURCE: 0, SINK: 1}
-        for u, v in edges:
-            for node in (u, v):
-                if node not in self.nodes:
-                    self.nodes[node] = len(self.nodes)
-        nodes = self.nodes
-        self.edges = Edges(len(nodes), [nodes[u] for u, _ in edges], [nodes[v] for _, v in edges])
-        self.position = {edge: k for k, edge in enumerate(edges)}
+        index = problem.arrays.index
+        choosable = problem.choosable
+        self._keys = keys = _edge_keys(problem) + [(SOURCE_KEY, IN + 2 * index[n]) for n in choosable]
+        ids: dict[int, int] = {SOURCE_KEY: 0, SINK_KEY: 1}  # per node key: its node number, in order of first edge
+        for u, v in keys:
+            if u not in ids:
+                ids[u] = len(ids)
+            if v not in ids:
+                ids[v] = len(ids)
+        self._ids = ids
+        self.edges = Edges(len(ids), [ids[u] for u, _ in keys], [ids[v] for _, v in keys])
+        position = {edge: k for k, edge in enumerate(keys)}
         self._flow: nx.DiGraph | None = None
         self._residual: nx.DiGraph | None = None
         # `cut`'s arrays: the saving edges and their bytes; per choosable value, its recompute edge, its solver cost,
         # its bytes and its v_in node
-        choosable = problem.choosable
-        self._saving_at = np.array([self.position[(f"{n}/in", f"{n}/out")] for n in self.saving], dtype=np.int64)
+        saving_at = [IN + 2 * index[n] for n in self.saving]
+        self._saving_at = np.array([position[(k, k + 1)] for k in saving_at], dtype=np.int64)
         self._saving_bytes = np.array([self.bytes[n] for n in self.saving], dtype=np.int64)
-        self._source_at = np.array([self.position[(SOURCE, f"{n}/in")] for n in choosable], dtype=np.int64)
+        choosable_in = [IN + 2 * index[n] for n in choosable]
+        self._source_at = np.array([position[(SOURCE_KEY, k)] for k in choosable_in], dtype=np.int64)
         self._costs = np.array([problem.solver_cost(n) for n in choosable], dtype=np.float64)
         self._choosable_bytes = np.array([self.bytes[n] for n in choosable], dtype=np.int64)
-        self._choosable_in = np.array([nodes[f"{n}/in"] for n in choosable], dtype=np.int64)
+        self._choosable_in = np.array([ids[k] for k in choosable_in], dtype=np.int64)
+
+    @functools.cached_property
+    def held(self) -> Held:
+        """Where each recomputed value backward reads is held (for the peak-aware rounds)."""
+        return held(self.problem)
 
     @property
     def flow(self) -> nx.DiGraph:
@@ -202,10 +230,10 @@ class Cutter:
         saving, recompute = self._weighted(price, saved_at_peak, held_at_peak)
         bound = int(saving.sum()) + 1
         if bound <= INT32_MAX:  # scipy's cut, its capacities set from the arrays
-            values = np.full(len(self.position), bound, dtype=np.int64)  # uncuttable edges: `bound`
+            values = np.full(len(self._keys), bound, dtype=np.int64)  # uncuttable edges: `bound`
             values[self._saving_at] = saving
             values[self._source_at] = recompute
-            reached = self.edges.source_side(values, bound, self.nodes[SOURCE], self.nodes[SINK])
+            reached = self.edges.source_side(values, bound, self._ids[SOURCE_KEY], self._ids[SINK_KEY])
             if reached is not None:
                 return frozenset(choosable[k] for k in np.flatnonzero(~reached[self._choosable_in]))
         capacities, _ = self.capacities(price, saved_at_peak, held_at_peak)
@@ -240,15 +268,18 @@ class Cutter:
         return saving, recompute
 
     def _scipy_cut(self, capacities: dict[tuple[str, str], int], bound: int) -> set[str] | None:
+        """`cut`'s scipy path over capacities keyed by node names (`capacities`), as `_networkx_cut` takes them."""
         if bound > INT32_MAX:
             return None  # no array to build: maxflow takes no capacity above int32
-        values = np.full(len(self.position), bound, dtype=np.int64)  # uncuttable edges: `bound`
+        names = self.problem.arrays.names
+        position = {(_node_name(u, names), _node_name(v, names)): k for k, (u, v) in enumerate(self._keys)}
+        values = np.full(len(position), bound, dtype=np.int64)  # uncuttable edges: `bound`
         for edge, capacity in capacities.items():
-            values[self.position[edge]] = capacity  # maxflow lowers those above `bound` to it
-        reached = self.edges.source_side(values, bound, self.nodes[SOURCE], self.nodes[SINK])
+            values[position[edge]] = capacity  # maxflow lowers those above `bound` to it
+        reached = self.edges.source_side(values, bound, self._ids[SOURCE_KEY], self._ids[SINK_KEY])
         if reached is None:
             return None
-        return {node for node, k in self.nodes.items() if reached[k]}
+        return {_node_name(key, names) for key, k in self._ids.items() if reached[k]}
 
     def _networkx_cut(self, capacities: dict[tuple[str, str], int]) -> set[str]:
         residual = self.residual
