@@ -166,7 +166,10 @@ def _plan_joint(
     )
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     evaluator = Evaluator(problem, config.solver_time_limit, frugal)
-    plan = on_own_thread(make_plan, problem, config.budget_kind(), budget, config.solver, config.strict, evaluator)
+    try:
+        plan = on_own_thread(make_plan, problem, config.budget_kind(), budget, config.solver, config.strict, evaluator)
+    finally:
+        evaluator.close()
     if config.memory_budget is not None and (count := region_count(joint)):
         plan = dataclasses.replace(
             plan,

@@ -207,3 +207,40 @@ def test_planning_leaves_the_garbage_collector_as_it_was(enabled, monkeypatch):
     finally:
         gc.callbacks.remove(collected)
         gc.enable() if was else gc.disable()
+
+
+def test_planning_frees_what_it_simulated_without_the_collector(monkeypatch):
+    """The evaluators a plan is made with (the problem's and its variants'), their families and every timeline
+    they simulated are freed as planning ends by reference counting alone: a family's members refer back to their
+    evaluator, and Evaluator.close breaks those cycles, which would otherwise hold them until Python's collector
+    runs."""
+    import gc
+    import weakref
+
+    from random_graphs import synthetic_chain
+
+    from remat.config import RematConfig
+    from remat.explain import capture_joints
+    from remat.pipeline import plan_joint
+    from remat.plan import evaluate
+
+    made: list[weakref.ref] = []
+    init = evaluate.Evaluator.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(weakref.ref(self))
+
+    monkeypatch.setattr(evaluate.Evaluator, "__init__", recording)
+    model, inputs = synthetic_chain(4)
+    (captured,) = capture_joints(model, *inputs)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        planned = plan_joint(captured.joint, captured.num_fwd_outputs, RematConfig(memory_budget=0.5))
+        assert planned.plan.timeline.peak_bytes <= planned.plan.budget_bytes
+        assert len(made) >= 2  # the problem's evaluator and a variant's (each matmul kind saved)
+        assert [ref() for ref in made] == [None] * len(made)
+    finally:
+        if was:
+            gc.enable()

@@ -189,6 +189,17 @@ class Evaluator:
         resolved = self.problem.resolve_saved(spec.saved)
         return self.score_resolved(resolved, resolved.recomputed & frozenset(self.problem.choosable), spec.kind)
 
+    def close(self) -> None:
+        """Forget what was simulated, here and in the variants. The members of a family refer back to their
+        evaluator (Scored simulates when first read), so a family and its evaluator form reference cycles that
+        only Python's cyclic collector would free, holding every timeline simulated until then."""
+        for variant in self._variants.values():
+            variant.close()
+        for memo in (self._memo, self._resolved, self._walks, self._floors, self._backward_floors, self._costs):
+            memo.clear()
+        self._families.clear()
+        self._variants.clear()
+
     def restricted(self, problem: Problem) -> "Evaluator":
         """An evaluator of `problem` (the same graph under more constraints) sharing this one's simulations."""
         other = Evaluator(problem, self.time_limit, self.frugal)

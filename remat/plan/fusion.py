@@ -147,6 +147,22 @@ def inlined(
         written |= undone
 
 
+def _inside_reads(a, out: bytearray, reads: dict[int, frozenset[int]], owner: int) -> frozenset[int]:
+    """The buffers a value computed inside its readers (`out[owner]`) reads, through those computed inside too;
+    `reads` remembers them per value."""
+    found = reads.get(owner)
+    if found is None:
+        acc: set[int] = set()
+        for j in a.inputs[owner]:
+            o = a.storage[j]
+            if out[o]:
+                acc |= _inside_reads(a, out, reads, o)
+            else:
+                acc.add(o)
+        found = reads[owner] = frozenset(acc)
+    return found
+
+
 def _inline_pass(a, order, member, kept, eligible, folded_mm, written: set[int] | None):
     """One pass of `inlined` in `order`: (its result, the values the one-kernel rule kept local with their readers).
     The rule applies to no value of `written`, and to none at all when `written` is None."""
@@ -158,20 +174,6 @@ def _inline_pass(a, order, member, kept, eligible, folded_mm, written: set[int] 
     out = bytearray(folded_mm)
     reads: dict[int, frozenset[int]] = {}
     fused: list[tuple[int, list[int]]] = []
-
-    def buffers(owner: int) -> frozenset[int]:
-        """The buffers a value computed inside its readers (`out[owner]`) reads, through those computed inside too."""
-        found = reads.get(owner)
-        if found is None:
-            acc: set[int] = set()
-            for j in a.inputs[owner]:
-                o = a.storage[j]
-                if out[o]:
-                    acc |= buffers(o)
-                else:
-                    acc.add(o)
-            found = reads[owner] = frozenset(acc)
-        return found
 
     heavy = bytearray(a.heavy) if a.heavy else bytearray(len(a.names))  # computes a heavy op, itself or inlined
     storage, inputs = a.storage, a.inputs
@@ -186,7 +188,7 @@ def _inline_pass(a, order, member, kept, eligible, folded_mm, written: set[int] 
             if out[storage[j]] and heavy[storage[j]]:
                 heavy[i] = 1
                 break
-        read = len(buffers(storage[i])) if out[storage[i]] else 1
+        read = len(_inside_reads(a, out, reads, storage[i])) if out[storage[i]] else 1
         shared = len(consumers) > 1 and (read > READS_LIMIT or heavy[i])
         if shared and written is not None and i not in written and one_kernel(a, i, consumers, member):
             shared = False
