@@ -152,9 +152,9 @@ def _bytes_budget(captured: Captured, memory_budget: Any, fields: dict) -> Any:
     problem = plan_joint(
         captured.joint, captured.num_fwd_outputs, dataclasses.replace(config, memory_budget=None)
     ).problem
-    evaluator = Evaluator(problem)
-    least = SOLVERS[DEFAULT](problem, 0, evaluator).peak
-    return resolve_budget("fraction", config.budget_fraction(), least, evaluator.score(()).peak)
+    with Evaluator(problem) as evaluator:
+        least = SOLVERS[DEFAULT](problem, 0, evaluator).peak
+        return resolve_budget("fraction", config.budget_fraction(), least, evaluator.score(()).peak)
 
 
 def _relative(cost: int, optimal: int) -> float:

@@ -165,11 +165,8 @@ def _plan_joint(
         hoists=fuses and not _torch.fusion_barrier_supported(),
     )
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
-    evaluator = Evaluator(problem, config.solver_time_limit, frugal)
-    try:
+    with Evaluator(problem, config.solver_time_limit, frugal) as evaluator:
         plan = on_own_thread(make_plan, problem, config.budget_kind(), budget, config.solver, config.strict, evaluator)
-    finally:
-        evaluator.close()
     if config.memory_budget is not None and (count := region_count(joint)):
         plan = dataclasses.replace(
             plan,

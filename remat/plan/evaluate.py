@@ -189,10 +189,17 @@ class Evaluator:
         resolved = self.problem.resolve_saved(spec.saved)
         return self.score_resolved(resolved, resolved.recomputed & frozenset(self.problem.choosable), spec.kind)
 
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
-        """Forget what was simulated, here and in the variants. The members of a family refer back to their
-        evaluator (Scored simulates when first read), so a family and its evaluator form reference cycles that
-        only Python's cyclic collector would free, holding every timeline simulated until then."""
+        """Forget what was simulated, here and in the variants (also on leaving `with Evaluator(...)`). The members
+        of a family refer back to their evaluator (Scored simulates when first read), so a family and its evaluator
+        form reference cycles that only Python's cyclic collector would free, holding every timeline simulated until
+        then: whoever makes an evaluator closes it once its plans are made."""
         for variant in self._variants.values():
             variant.close()
         for memo in (self._memo, self._resolved, self._walks, self._floors, self._backward_floors, self._costs):

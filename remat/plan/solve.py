@@ -46,8 +46,11 @@ def make_plan(
 ) -> Plan:
     """Plan one joint graph. `budget_kind` is "none", "bytes" or "fraction" (see RematConfig.memory_budget);
     `solver` a name in solvers.SOLVERS or a callable with their signature. The evaluator carries the solver's time
-    limit and whether to pick frugally (evaluate.Evaluator; the default: 10 s, the cheapest plan)."""
-    evaluator = evaluator or Evaluator(problem)
+    limit and whether to pick frugally (evaluate.Evaluator; the default: 10 s, the cheapest plan, made and closed
+    here)."""
+    if evaluator is None:
+        with Evaluator(problem) as own:
+            return make_plan(problem, budget_kind, budget_value, solver, strict, own)
     name, solve = named(solver)
     base = evaluator.baseline()
     baseline = Baseline(
@@ -86,7 +89,12 @@ def _least_peak_later(problem: Problem, solve: Solver, like: Evaluator, reached:
     """What searches, when called (Plan.least_peak_bytes), for the least peak `solve` reaches for `problem`: with an
     evaluator like `like`, and no higher than `reached`, the peak of a plan already made."""
     time_limit, frugal = like.time_limit, like.frugal
-    return lambda: min(solve(problem, 0, Evaluator(problem, time_limit, frugal)).peak, reached)
+
+    def least() -> int:
+        with Evaluator(problem, time_limit, frugal) as evaluator:
+            return min(solve(problem, 0, evaluator).peak, reached)
+
+    return least
 
 
 def _gap(chosen: Scored) -> float | None:
