@@ -57,7 +57,7 @@ class Later:
     # the same, counting of the gradients only library calls' outputs: with contiguous=True a loop may write its
     # output into the arena slot of a packed value it reads last (fusion.in_place), and the arena is counted whole
     arena_live: int
-    reads: int  # bit per forward storage it or a backward node computed from its outputs reads
+    reads: int  # bit (forward_bits) per forward storage it or a backward node computed from its outputs reads
     most: int  # live plus the bytes of every storage of `reads`: what the floor at its step can reach
 
 
@@ -153,6 +153,27 @@ def _call(problem: Problem, i: int) -> Call:
     return Call(sum(live.values()) + _scratch(problem, i), tuple(recomputed))
 
 
+def forward_bits(problem: Problem) -> list[int]:
+    """Per position, the bit of a forward storage in the backward floor's sets, -1 for any other position. The bits
+    number the forward storages alone, in graph order: a set of them is a Python integer as long as its highest bit,
+    so a set of early storages stays short."""
+    a = problem.arrays
+    role, storage = a.role, a.storage
+    bit = [-1] * len(a.names)
+    b = 0
+    for i in range(len(a.names)):
+        if role[i] == FORWARD and storage[i] == i:
+            bit[i] = b
+            b += 1
+    return bit
+
+
+def forward_sizes(problem: Problem) -> np.ndarray:
+    """The bytes of each forward storage, by its bit (forward_bits)."""
+    nbytes = problem.arrays.nbytes
+    return np.array([nbytes[i] for i, b in enumerate(problem.forward_bits) if b >= 0], dtype=np.int64)
+
+
 def later_calls(problem: Problem) -> tuple[Later, ...]:
     """The backward library calls (as library_calls) with what is live at each in every plan — its outputs, its
     scratch, and the gradients written out that it is computed from and that it or a backward node computed from its
@@ -160,47 +181,54 @@ def later_calls(problem: Problem) -> tuple[Later, ...]:
     first."""
     a = problem.arrays
     role, storage, distinct = a.role, a.storage, a.distinct
-    sizes = problem.byte_sizes
+    bit, sizes = problem.forward_bits, problem.forward_sizes
     backward = [i for i in problem.backward_positions if role[i] == BACKWARD]
     none = bytearray(len(a.names))
-    written = {  # gradients every plan writes out: library calls' outputs, and values a library call reads
-        o: None
-        for o in set(storage[i] for i in backward)
+    written = [  # gradients every plan writes out: library calls' outputs, and values a library call reads
+        o
+        for o in sorted(set(storage[i] for i in backward))
         if role[o] == BACKWARD
         and _counted(problem, o)
         and ((a.kinds[o] == OPAQUE and a.folds[o] < 0) or _call_reads(a, o, none))
-    }
+    ]
+    grad_bit = {o: b for b, o in enumerate(written)}  # their bits, numbered apart from the forward storages'
+    grad_sizes = np.array([a.nbytes[o] for o in written], dtype=np.int64)
     opaque = 0  # the library calls' outputs among them
     for o in written:
         if a.kinds[o] == OPAQUE:
-            opaque |= 1 << o
-    after: dict[int, int] = {}  # per backward node: bit per storage it or a node computed from it reads
+            opaque |= 1 << grad_bit[o]
+    # per backward node: bit per forward storage, and per gradient written out, that it or a node computed from it
+    # reads
+    after_fw: dict[int, int] = {}
+    after_grad: dict[int, int] = {}
     for i in reversed(backward):
-        bits = 0
+        fw_bits, grad_bits = 0, 0
         for j in distinct[i]:
-            bits |= 1 << storage[j]
+            o = storage[j]
+            if bit[o] >= 0:
+                fw_bits |= 1 << bit[o]
+            elif o in grad_bit:
+                grad_bits |= 1 << grad_bit[o]
         for u in a.users[i]:
-            bits |= after.get(u, 0)
-        after[i] = bits
+            fw_bits |= after_fw.get(u, 0)
+            grad_bits |= after_grad.get(u, 0)
+        after_fw[i], after_grad[i] = fw_bits, grad_bits
     before: dict[int, int] = {}  # per backward node: bit per gradient written out it is computed from
     for i in backward:
         bits = 0
         for j in distinct[i]:
             if j in before:
                 bits |= before[j]
-                if storage[j] in written:
-                    bits |= 1 << storage[j]
+                if storage[j] in grad_bit:
+                    bits |= 1 << grad_bit[storage[j]]
         before[i] = bits
-    forward = 0
-    for i in range(len(a.names)):
-        if role[i] == FORWARD and storage[i] == i:
-            forward |= 1 << i
     calls = []
     for i in _library_positions(problem):
         own = sum(_outputs(problem, i).values()) + _scratch(problem, i)
-        live = own + _bytes(before[i] & after[i], sizes)
-        arena_live = own + _bytes(before[i] & after[i] & opaque, sizes)
-        reads = after[i] & forward
+        held = before[i] & after_grad[i]
+        live = own + _bytes(held, grad_sizes)
+        arena_live = own + _bytes(held & opaque, grad_sizes)
+        reads = after_fw[i]
         calls.append(Later(i, live, arena_live, reads, live + _bytes(reads, sizes)))
     return tuple(sorted(calls, key=lambda call: (-call.most, call.position)))
 
@@ -209,12 +237,13 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
     """The most live, over the backward library calls, at a call's step (module docstring): its own needs
     (Later.live), the saved storages the device keeps (contiguous=True: the arena instead) read then or later, and
     the recomputed values written out that it is computed from, read then or later. The largest such sum, or, once a
-    sum exceeds `above`, that sum."""
+    sum exceeds `above`, that sum. Sets of forward storages are integers over forward_bits (Later.reads)."""
     a = problem.arrays
     calls = problem.later_calls
     if not calls:
         return 0
-    storage, kinds, distinct, sizes = a.storage, a.kinds, a.distinct, problem.byte_sizes
+    storage, kinds, distinct = a.storage, a.kinds, a.distinct
+    bit, sizes = problem.forward_bits, problem.forward_sizes
     index = a.index
     arena = problem.transfer.contiguous
     loops = not arena  # whether a loop's output counts: none may be written into the arena (Later.arena_live)
@@ -229,11 +258,11 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
             if is_recomputed[j] and made[j]:
                 bits = bits | made[j] if bits else made[j]
         if (
-            storage[i] == i
+            bit[i] >= 0
             and _counted(problem, i)
             and (kinds[i] == OPAQUE or (loops and _call_reads(a, i, is_recomputed)))
         ):
-            bits |= 1 << i
+            bits |= 1 << bit[i]
         made[i] = bits
     for i in problem.backward_positions:
         bits = 0
@@ -242,7 +271,7 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
             if more:
                 bits = bits | more if bits else more  # the first shared, not copied: a chain's are long
         made[i] = bits
-    kept, base = 0, 0  # saved storages counted one by one; bytes counted whole
+    kept, base = 0, 0  # saved storages counted one by one (only forward ones meet Later.reads); bytes counted whole
     if arena:
         base = _arena_bytes(problem, resolved)  # the saved values are in the arena's slots
     else:
@@ -250,8 +279,8 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
         for name in resolved.saved:
             if name not in leaving:
                 o = storage[index[name]]
-                if _counted(problem, o):
-                    kept |= 1 << o
+                if bit[o] >= 0 and _counted(problem, o):
+                    kept |= 1 << bit[o]
     best = 0
     for call in calls:
         if base + call.most <= best:
@@ -282,7 +311,7 @@ def _call_reads(a, i: int, is_recomputed: bytearray) -> bool:
 
 
 def _bytes(bits: int, sizes: np.ndarray) -> int:
-    """The bytes of the storages whose bits are set (`sizes`: Problem.byte_sizes)."""
+    """The bytes of the storages whose bits are set (`sizes`: the bytes per bit)."""
     if bits.bit_count() <= FEW_BITS:
         total = 0
         while bits:

@@ -186,10 +186,15 @@ class Problem:
         return bounds.library_calls(self)
 
     @_graph_fact
-    def byte_sizes(self) -> np.ndarray:
-        """Per position, the bytes of the value (Arrays.nbytes) as an array: bounds.backward_floor sums them
-        under a mask."""
-        return np.array(self.arrays.nbytes, dtype=np.int64)
+    def forward_bits(self) -> list[int]:
+        """The bits the backward floor numbers forward storages by (bounds.forward_bits)."""
+        return bounds.forward_bits(self)
+
+    @_graph_fact
+    def forward_sizes(self) -> np.ndarray:
+        """The bytes of the forward storages by their bits (bounds.forward_sizes): backward_floor sums them under a
+        mask."""
+        return bounds.forward_sizes(self)
 
     @_graph_fact
     def later_calls(self) -> tuple[bounds.Later, ...]:
