@@ -15,6 +15,7 @@ Pure functions of the graph arrays and one module's schedule.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -48,7 +49,9 @@ def peak_order(
     out: list[int] = []
     placed = bytearray(len(a.names))
     distinct = a.distinct
-    member = kernels.member
+    member = bytearray(len(a.names))
+    for i in order:
+        member[i] = 1
     for k in greedy:
         for i in nodes[k]:
             stack = [(i, iter(distinct[i]))]
@@ -131,9 +134,6 @@ class _Kernels:
         for k, kernel in enumerate(nodes):
             for i in kernel:
                 position[i] = k
-        self.member = member = bytearray(n)
-        for i in order:
-            member[i] = 1
         self._graph = (a, nodes, order, position, through)
         self._links: tuple[list[int], list[list[int]]] | None = None
         self.size = nbytes  # bytes per buffer (storage owner)
@@ -206,6 +206,7 @@ class _Kernels:
             self._links = (indegree, succs)
         return self._links
 
+    @functools.cached_property
     def _ends(self) -> tuple[int, int]:
         """(bytes live before the first kernel: the inputs the module may free; bytes live after the last: the
         outputs it allocates), whatever the order."""
@@ -216,7 +217,7 @@ class _Kernels:
 
     def floor(self) -> int:
         """What every order's estimate reaches: the larger of the two ends (_ends)."""
-        return max(self._ends())
+        return max(self._ends)
 
     @staticmethod
     def _after(a, order: Sequence[int], position: list[int], through: bytearray) -> list[tuple[int, ...] | None]:
@@ -281,7 +282,7 @@ class _Kernels:
                 if outdegree.setdefault(o, outputs[o]) == 0:
                     frees += size[o]
             net[k] = alloc[k] - frees
-        live, kept = self._ends()
+        live, kept = self._ends
         peak = max(live, kept)
         sizes = sorted(set(alloc))  # the groups' allocations, ascending
         rank = {ak: g for g, ak in enumerate(sizes)}
