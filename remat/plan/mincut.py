@@ -183,8 +183,8 @@ class Cutter:
         self._residual: nx.DiGraph | None = None
         # `cut`'s arrays: the saving edges and their bytes; per choosable value, its recompute edge, its solver cost,
         # its bytes and its v_in node
-        saving_at = [IN + 2 * index[n] for n in self.saving]
-        self._saving_at = np.array([position[(k, k + 1)] for k in saving_at], dtype=np.int64)
+        saving = [index[n] for n in self.saving]
+        self._saving_at = np.array([position[(IN + 2 * i, OUT + 2 * i)] for i in saving], dtype=np.int64)
         self._saving_bytes = np.array([self.bytes[n] for n in self.saving], dtype=np.int64)
         choosable_in = [IN + 2 * index[n] for n in choosable]
         self._source_at = np.array([position[(SOURCE_KEY, k)] for k in choosable_in], dtype=np.int64)
