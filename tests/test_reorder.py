@@ -11,6 +11,7 @@ from remat.config import RematConfig
 from remat.explain import capture_joints
 from remat.pipeline import plan_joint
 from remat.plan import reorder
+from remat.plan.arrays import Arrays
 from remat.zoo import GPT, GPTConfig, gpt_loss, make_gpt_batch
 
 from random_graphs import FUZZ_KINDS, random_model
@@ -22,16 +23,13 @@ def scan_order(k) -> list[int]:
     least; ties in given order."""
     size, reads, writes, outputs = k.size, k.reads, k.writes, k.outputs
     indegree = [len(p) for p in k.preds]
-    outdegree = {o: len(r) + outputs[o] for o, r in k.readers.items()}
-    for w in writes:
-        for o in w:
-            outdegree.setdefault(o, outputs[o])
+    outdegree = [len(r) + outputs[o] for o, r in enumerate(k.readers)]
     alloc = [sum(size[o] for o in w) for w in writes]
     frees = [
         sum(size[o] for o in reads[x] if outdegree[o] == 1) + sum(size[o] for o in writes[x] if outdegree[o] == 0)
         for x in range(len(reads))
     ]
-    live = sum(size[o] for o in k.readers if o not in k.produced)
+    live = sum(size[o] for o, r in enumerate(k.readers) if r and o not in k.produced)
     peak = max(live, sum(size[o] for o in k.produced if outputs[o]))
     ready = [x for x in range(len(reads)) if not indegree[x]]
     order = []
@@ -107,20 +105,26 @@ def test_least_peak_first_is_inductors_rule_and_stops_only_where_it_cannot_win(c
 
 
 def test_estimate_counts_inputs_from_the_start_and_outputs_to_the_end():
-    """Two kernels: the first reads a freeable input (4 bytes) and writes a buffer (8) the second reads and frees,
-    writing the module's output (16)."""
-
-    class K(reorder._Kernels):
-        def __init__(self):
-            self.size = {0: 4, 1: 8, 2: 16}
-            self.reads = [(0,), (1,)]
-            self.writes = [(1,), (2,)]
-            self.outputs = {0: 0, 1: 0, 2: 1}
-            self.produced = {1, 2}
-
-    k = K()
+    """Two kernels: the first reads a freeable input x (4 bytes: a saved activation) and writes a buffer b (8) the
+    second reads and frees, writing the module's output y (16)."""
+    names = ("x", "b", "y")
+    a = Arrays(
+        names=names,
+        index={name: i for i, name in enumerate(names)},
+        role=(0, 0, 0),
+        inputs=((), (0,), (1,)),
+        storage=(0, 1, 2),
+        nbytes=(4, 8, 16),
+        allocates=(True, True, True),
+        instances=(0, -1, -1),
+        getitems=((), (), ()),
+        workspace=(-1, -1, -1),
+        distinct=((), (0,), (1,)),
+    )
+    k = reorder._Kernels(a, [(1,), (2,)], bytearray(3), bytearray(b"\x00\x00\x01"), {}, [1, 2], bytearray(3))
+    assert [[names[b] for b in kernel] for kernel in k.reads] == [["x"], ["b"]]
+    assert k.succs == [[1], []]
     # step 0: input 4 + buffer 8 = 12; the input is freed after it; step 1: 8 + 16 = 24; the output stays
     assert k.estimate([0, 1]) == 24
-    k.readers = {0: [0], 1: [1]}
     # no order estimates below the freeable input (4, live before any kernel) or the output (16, live after all)
     assert k.floor() == 16

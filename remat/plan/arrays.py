@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
+from typing import NamedTuple
+
+import numpy as np
 
 from ..capture import BACKWARD_FORMULA, Graph, Role
 from . import fusion
@@ -18,6 +22,18 @@ _CODES = {
     Role.BACKWARD: BACKWARD,
     Role.OUTPUT: OUTPUT,
 }
+
+
+class Vectors(NamedTuple):
+    """Arrays' columns that whole-module array operations read (reorder._Kernels), as numpy arrays."""
+
+    storage: np.ndarray
+    nbytes: np.ndarray
+    instances: np.ndarray
+    allocates: np.ndarray
+    # `distinct` flattened: node i's inputs are distinct_flat[distinct_start[i] : distinct_start[i + 1]]
+    distinct_start: np.ndarray
+    distinct_flat: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +68,17 @@ class Arrays:
     def view_mask(self) -> bytes:
         """Per node, 1 for a view: `is_view` as bytes, for whole-array masks (`either`)."""
         return bytes(self.is_view)
+
+    @functools.cached_property
+    def vectors(self) -> Vectors:
+        return Vectors(
+            np.array(self.storage, dtype=np.intp),
+            np.array(self.nbytes, dtype=np.int64),
+            np.array(self.instances, dtype=np.intp),
+            np.array(self.allocates, dtype=bool),
+            np.concatenate(([0], np.cumsum([len(d) for d in self.distinct]))).astype(np.intp),
+            np.fromiter(itertools.chain.from_iterable(self.distinct), dtype=np.intp),
+        )
 
 
 def either(x: bytes | bytearray, y: bytes | bytearray) -> bytearray:

@@ -21,6 +21,8 @@ import itertools
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from . import arrays, fusion
 
 
@@ -115,8 +117,10 @@ def _kernel_nodes(nodes: list[int], groups: Sequence[tuple[int, ...]]) -> list[t
 
 class _Kernels:
     """One module's kernels (indices into `nodes`) with the buffers each reads and writes, as inductor's memory
-    planning sees them (memory.py: MemoryPlanningInfoForNode / ForBuffer). What each kernel waits for (`preds`,
-    `succs`) is found when first read: the estimate of the given order needs only the buffers."""
+    planning sees them (memory.py: MemoryPlanningInfoForNode / ForBuffer). The buffers are numbered from 0 (`buffers`:
+    the storage of each) and held as flat arrays, each read and each write a (kernel, buffer) pair; the lists the
+    greedy order walks (`reads`, `readers`, `succs`) are made from them when first read: the estimate of the given
+    order needs none of them."""
 
     def __init__(
         self,
@@ -125,54 +129,76 @@ class _Kernels:
         inside: bytearray,
         outputs: bytearray,
         memo: dict,
-        order,
+        order: Sequence[int],
         through: bytearray,
     ) -> None:
-        storage, nbytes, allocates, instances = a.storage, a.nbytes, a.allocates, a.instances
-        n = len(a.names)
-        position = [-1] * n  # per node: the kernel computing it
-        for k, kernel in enumerate(nodes):
-            for i in kernel:
-                position[i] = k
-        self._graph = (a, nodes, order, position, through)
+        storage, nbytes, instances, allocates = a.vectors[:4]
+        count = len(nodes)
+        flat = list(itertools.chain.from_iterable(nodes))
+        computed = np.array(flat, dtype=np.intp)
+        kernel_of = np.arange(count, dtype=np.intp)  # per node of `flat`: its kernel
+        if len(flat) != count:
+            kernel_of = np.repeat(kernel_of, [len(kernel) for kernel in nodes])
+        position = np.full(len(a.names), -1, dtype=np.intp)  # per node: the kernel computing it
+        position[computed] = kernel_of
+        get, expand = memo.get, fusion.expand
+        expanded = [get(i) or expand(a, i, inside, memo) for i in flat]
+        lengths = np.fromiter(map(len, expanded), dtype=np.intp, count=len(expanded))
+        read = storage[np.fromiter(itertools.chain.from_iterable(expanded), dtype=np.intp, count=int(lengths.sum()))]
+        reader = np.repeat(kernel_of, lengths)
+        # counted: a buffer of the module, or an input it may free (a saved activation; never a parameter)
+        counted = (nbytes[read] > 0) & ((position[read] >= 0) | (instances[read] >= 0))
+        read, reader = read[counted], reader[counted]
+        writes = allocates[computed]
+        self.buffers, ids = np.unique(np.concatenate([read, computed[writes]]), return_inverse=True)
+        number = len(self.buffers)
+        pairs = _distinct_sorted(reader * number + ids[: len(read)])
+        self._read_kernel, self._read_buffer = pairs // number, pairs % number
+        self._write_kernel, self._write_buffer = kernel_of[writes], ids[len(read) :]
+        self._count = count
+        self._size = nbytes[self.buffers]
+        self._outputs = np.frombuffer(outputs, dtype=np.uint8)[self.buffers].astype(bool)
+        self._produced = np.zeros(number, dtype=bool)
+        self._produced[self._write_buffer] = True
+        self._readers = np.bincount(self._read_buffer, minlength=number)  # per buffer: how many kernels read it
+        self._graph = (a, computed, kernel_of, position, order, through)
         self._links: tuple[list[int], list[list[int]]] | None = None
-        self.size = nbytes  # bytes per buffer (storage owner)
-        self.reads: list[tuple[int, ...]] = []  # per kernel: the counted buffers it reads
-        self.writes: list[tuple[int, ...]] = []  # per kernel: the buffers it allocates
-        self.readers: dict[int, list[int]] = {}
-        self.outputs = outputs
-        readers = self.readers
-        # per storage: 1 for a buffer of the module or an input it may free (a saved activation; never a parameter),
-        # 0 for one it does not count, 2 until known
-        counted = bytearray(b"\x02") * n
-        expand, reads, writes = fusion.expand, self.reads, self.writes
-        for k, kernel in enumerate(nodes):
-            buffers: dict[int, None] = {}
-            for i in kernel:
-                expanded = memo.get(i)
-                for j in expanded if expanded is not None else expand(a, i, inside, memo):
-                    o = storage[j]
-                    keep = counted[o]
-                    if keep == 2:
-                        keep = counted[o] = bool(nbytes[o]) and (position[o] >= 0 or instances[o] >= 0)
-                    if keep:
-                        buffers[o] = None
-            reads.append(tuple(buffers))
-            for o in buffers:
-                if o in readers:
-                    readers[o].append(k)
-                else:
-                    readers[o] = [k]
-            if len(kernel) == 1:
-                writes.append(kernel if allocates[kernel[0]] else ())
-            else:
-                writes.append(tuple(i for i in kernel if allocates[i]))
-        self.produced = {o for w in writes for o in w}
+
+    @functools.cached_property
+    def size(self) -> list[int]:
+        """Bytes per buffer."""
+        return self._size.tolist()
+
+    @functools.cached_property
+    def outputs(self) -> list[bool]:
+        """Per buffer: the module returns it (never freed)."""
+        return self._outputs.tolist()
+
+    @functools.cached_property
+    def produced(self) -> set[int]:
+        """The buffers the module allocates."""
+        return set(np.flatnonzero(self._produced).tolist())
+
+    @functools.cached_property
+    def reads(self) -> list[tuple[int, ...]]:
+        """Per kernel: the counted buffers it reads."""
+        return _grouped(self._read_kernel, self._read_buffer, self._count, tuple)
+
+    @functools.cached_property
+    def writes(self) -> list[tuple[int, ...]]:
+        """Per kernel: the buffers it allocates."""
+        return _grouped(self._write_kernel, self._write_buffer, self._count, tuple)
+
+    @functools.cached_property
+    def readers(self) -> list[list[int]]:
+        """Per buffer: the kernels reading it, in order."""
+        by_buffer = np.argsort(self._read_buffer, kind="stable")
+        return _grouped(self._read_buffer[by_buffer], self._read_kernel[by_buffer], len(self.buffers), list)
 
     @property
     def preds(self) -> list[set[int]]:
         """Per kernel: the kernels it waits for."""
-        preds: list[set[int]] = [set() for _ in self.reads]
+        preds: list[set[int]] = [set() for _ in range(self._count)]
         for p, waiting in enumerate(self.succs):
             for k in waiting:
                 preds[k].add(p)
@@ -184,80 +210,96 @@ class _Kernels:
         return self._dependencies()[1]
 
     def _dependencies(self) -> tuple[list[int], list[list[int]]]:
-        """(per kernel: how many kernels it waits for, `succs`), found once."""
+        """(per kernel: how many kernels it waits for, `succs`), found once: a kernel waits for the kernel computing
+        each of its nodes' inputs, and for those an input of it that is a view or computed inside its readers waits
+        for (_after)."""
         if self._links is None:
-            a, nodes, order, position, through = self._graph
-            after = self._after(a, order, position, through)
-            distinct = a.distinct
-            succs: list[list[int]] = [[] for _ in nodes]
-            indegree = [0] * len(nodes)
-            seen = [-1] * len(nodes)  # per kernel: the last kernel found waiting for it (each is counted once)
-            for k, kernel in enumerate(nodes):
-                seen[k] = k  # no kernel waits for itself
-                for i in kernel:
-                    for j in distinct[i]:
-                        found = after[j]
-                        if found is not None:
-                            for p in found:
-                                if seen[p] != k:
-                                    seen[p] = k
-                                    succs[p].append(k)
-                                    indegree[k] += 1
-            self._links = (indegree, succs)
+            a, computed, kernel_of, position, order, through = self._graph
+            starts, inputs = a.vectors.distinct_start, a.vectors.distinct_flat
+            first = starts[computed]
+            lengths = starts[computed + 1] - first
+            read = inputs[np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))]
+            reader = np.repeat(kernel_of, lengths)
+            waited = position[read]
+            found = waited >= 0
+            pairs = [waited[found] * self._count + reader[found]]
+            after = self._after(a, position, order, through)
+            if after:
+                marked = np.zeros(len(position), dtype=bool)
+                marked[list(after)] = True
+                via = np.flatnonzero(marked[read])
+                reads = zip(read[via].tolist(), reader[via].tolist())
+                pairs.append(np.array([p * self._count + k for j, k in reads for p in after[j]], dtype=np.intp))
+            links = np.concatenate(pairs)
+            links = _distinct_sorted(links[links // self._count != links % self._count])
+            waited, waiting = links // self._count, links % self._count
+            indegree = np.bincount(waiting, minlength=self._count).tolist()
+            self._links = (indegree, _grouped(waited, waiting, self._count, list))
         return self._links
+
+    @staticmethod
+    def _after(a, position: np.ndarray, order: Sequence[int], through: bytearray) -> dict[int, tuple[int, ...]]:
+        """Per node of the module that is a view or a value computed inside its readers (`through`): the kernels a
+        reader of it must run after, those of what it reads within the module; only nodes with some. One pass in
+        `order`, which puts every node after its inputs."""
+        nodes = np.asarray(order, dtype=np.intp)
+        kernel = position.tolist()
+        distinct = a.distinct
+        after: dict[int, tuple[int, ...]] = {}
+        for i in nodes[np.frombuffer(through, dtype=np.uint8)[nodes].astype(bool)].tolist():
+            found: dict[int, None] = {}
+            for j in distinct[i]:
+                p = kernel[j]
+                if p >= 0:
+                    found[p] = None
+                elif j in after:
+                    found.update(dict.fromkeys(after[j]))
+            if found:
+                after[i] = tuple(found)
+        return after
 
     @functools.cached_property
     def _ends(self) -> tuple[int, int]:
         """(bytes live before the first kernel: the inputs the module may free; bytes live after the last: the
         outputs it allocates), whatever the order."""
-        return (
-            sum(self.size[o] for o in self.readers if o not in self.produced),
-            sum(self.size[o] for o in self.produced if self.outputs[o]),
-        )
+        size, produced = self._size, self._produced
+        return int(size[(self._readers > 0) & ~produced].sum()), int(size[produced & self._outputs].sum())
 
     def floor(self) -> int:
         """What every order's estimate reaches: the larger of the two ends (_ends)."""
         return max(self._ends)
 
-    @staticmethod
-    def _after(a, order: Sequence[int], position: list[int], through: bytearray) -> list[tuple[int, ...] | None]:
-        """Per node of the module, the kernels a reader of it must run after: its own, or, for a view or a value
-        computed inside its readers (`through`), those of what it reads (within the module); None for other nodes.
-        One pass in `order`, which puts every node after its inputs."""
-        after: list[tuple[int, ...] | None] = [None] * len(a.names)
-        distinct = a.distinct
-        for i in order:
-            p = position[i]
-            if p >= 0:
-                after[i] = (p,)
-            elif through[i]:
-                found: dict[int, None] = {}
-                for j in distinct[i]:
-                    for q in after[j] or ():
-                        found[q] = None
-                after[i] = tuple(found)
-        return after
-
     def estimate(self, seq: Sequence[int]) -> int:
-        """inductor's peak estimate of running the kernels in `seq`: the inputs it may free live from the start to
-        their last reader, each buffer from its kernel to its last reader, the outputs to the end."""
-        reads, writes, size, outputs, produced = self.reads, self.writes, self.size, self.outputs, self.produced
-        last: dict[int, int] = {}
-        for step, k in enumerate(seq):
-            for o in reads[k]:
-                last[o] = step
-        delta = [0] * (len(seq) + 1)
-        start = 0
-        for o, step in last.items():
-            if o not in produced:
-                start += size[o]
-                delta[step + 1] -= size[o]
-        for step, k in enumerate(seq):
-            for o in writes[k]:
-                delta[step] += size[o]
-                if not outputs[o]:
-                    delta[last.get(o, step) + 1] -= size[o]
-        return max(itertools.accumulate(delta[:-1], initial=start))
+        """inductor's peak estimate of running the kernels in `seq` (each kernel once): the inputs it may free live
+        from the start to their last reader, each buffer from its kernel to its last reader, the outputs to the end."""
+        count, size, buffer = self._count, self._size, self._write_buffer
+        step = np.empty(count, dtype=np.intp)  # per kernel: where it runs
+        step[np.asarray(seq, dtype=np.intp)] = np.arange(count)
+        last = np.full(len(self.buffers), -1, dtype=np.intp)  # per buffer: the step of its last reader
+        np.maximum.at(last, self._read_buffer, step[self._read_kernel])
+        delta = np.zeros(count + 1, dtype=np.int64)
+        inputs = (last >= 0) & ~self._produced
+        start = int(size[inputs].sum())
+        np.subtract.at(delta, last[inputs] + 1, size[inputs])
+        written = step[self._write_kernel]
+        np.add.at(delta, written, size[buffer])
+        freed = ~self._outputs[buffer]
+        np.subtract.at(delta, np.maximum(last[buffer], written)[freed] + 1, size[buffer][freed])
+        return max(start, int((start + np.cumsum(delta[:-1])).max(initial=start)))
+
+    def _allocations(self) -> tuple[list[int], list[int], list[int]]:
+        """(per kernel: the bytes it allocates, and those less the bytes it frees, when no kernel has run; per buffer:
+        the kernels left to read it, +1 for an output)."""
+        size, count = self._size, self._count
+        outdegree = self._readers + self._outputs
+        alloc = np.zeros(count, dtype=np.int64)
+        np.add.at(alloc, self._write_kernel, size[self._write_buffer])
+        net = alloc.copy()
+        last = outdegree[self._read_buffer] == 1  # read by one kernel: freed after it
+        np.subtract.at(net, self._read_kernel[last], size[self._read_buffer][last])
+        unread = outdegree[self._write_buffer] == 0  # written and never read: freed after its kernel
+        np.subtract.at(net, self._write_kernel[unread], size[self._write_buffer][unread])
+        return alloc.tolist(), net.tolist(), outdegree.tolist()
 
     def least_peak_first(self, limit: int | None = None) -> list[int] | None:
         """memory.topological_sort_lpmf: among the ready kernels, one whose allocation stays within the peak so far
@@ -267,21 +309,9 @@ class _Kernels:
         The ready kernels are grouped by the bytes they allocate, each group a heap on (net allocation, position)
         with stale entries dropped lazily (a kernel's net allocation only falls, as the buffers it reads lose their
         other readers): a step looks at one entry per group, not at every ready kernel."""
-        size, reads, writes, outputs = self.size, self.reads, self.writes, self.outputs
+        size, reads = self.size, self.reads
         indegree = list(self._dependencies()[0])
-        outdegree = {o: len(r) + outputs[o] for o, r in self.readers.items()}  # readers left, +1 for an output
-        alloc = [0] * len(reads)
-        net = [0] * len(reads)
-        for k in range(len(reads)):
-            frees = 0
-            for o in reads[k]:
-                if outdegree[o] == 1:
-                    frees += size[o]
-            for o in writes[k]:
-                alloc[k] += size[o]
-                if outdegree.setdefault(o, outputs[o]) == 0:
-                    frees += size[o]
-            net[k] = alloc[k] - frees
+        alloc, net, outdegree = self._allocations()
         live, kept = self._ends
         peak = max(live, kept)
         sizes = sorted(set(alloc))  # the groups' allocations, ascending
@@ -347,3 +377,16 @@ class _Kernels:
                         if is_ready[r]:
                             push(heaps[group[r]], (net[r], r))
         return order
+
+
+def _distinct_sorted(keys: np.ndarray) -> np.ndarray:
+    """`keys` sorted, each once (a stable sort: the keys come nearly sorted)."""
+    keys = np.sort(keys, kind="stable")
+    return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if len(keys) > 1 else keys
+
+
+def _grouped(keys: np.ndarray, values: np.ndarray, count: int, kind) -> list:
+    """Per key in range(count): `kind` (tuple or list) of its values, in order (`keys` sorted)."""
+    bounds = np.searchsorted(keys, np.arange(count + 1)).tolist()
+    flat = values.tolist()
+    return [kind(flat[bounds[k] : bounds[k + 1]]) for k in range(count)]
