@@ -247,8 +247,16 @@ class _Kernels:
         distinct = a.distinct
         after: dict[int, tuple[int, ...]] = {}
         for i in nodes[np.frombuffer(through, dtype=np.uint8)[nodes].astype(bool)].tolist():
+            inputs = distinct[i]
+            if len(inputs) == 1:  # most views: one input
+                p = kernel[inputs[0]]
+                if p >= 0:
+                    after[i] = (p,)
+                elif inputs[0] in after:
+                    after[i] = after[inputs[0]]
+                continue
             found: dict[int, None] = {}
-            for j in distinct[i]:
+            for j in inputs:
                 p = kernel[j]
                 if p >= 0:
                     found[p] = None
@@ -388,5 +396,5 @@ def _distinct_sorted(keys: np.ndarray) -> np.ndarray:
 def _grouped(keys: np.ndarray, values: np.ndarray, count: int, kind) -> list:
     """Per key in range(count): `kind` (tuple or list) of its values, in order (`keys` sorted)."""
     bounds = np.searchsorted(keys, np.arange(count + 1)).tolist()
-    flat = values.tolist()
-    return [kind(flat[bounds[k] : bounds[k + 1]]) for k in range(count)]
+    flat = kind(values.tolist())
+    return [flat[i:j] for i, j in itertools.pairwise(bounds)]
