@@ -117,10 +117,9 @@ def _kernel_nodes(nodes: list[int], groups: Sequence[tuple[int, ...]]) -> list[t
 
 class _Kernels:
     """One module's kernels (indices into `nodes`) with the buffers each reads and writes, as inductor's memory
-    planning sees them (memory.py: MemoryPlanningInfoForNode / ForBuffer). The buffers are numbered from 0 (`buffers`:
-    the storage of each) and held as flat arrays, each read and each write a (kernel, buffer) pair; the lists the
-    greedy order walks (`reads`, `readers`, `succs`) are made from them when first read: the estimate of the given
-    order needs none of them."""
+    planning sees them (memory.py: MemoryPlanningInfoForNode / ForBuffer): buffers numbered from 0 (`buffers`: their
+    storages), each read and write a (kernel, buffer) pair of flat arrays. The lists the greedy order walks (`reads`,
+    `readers`, `succs`) are made when first read: the estimate of the given order needs none of them."""
 
     def __init__(
         self,
@@ -132,7 +131,8 @@ class _Kernels:
         order: Sequence[int],
         through: bytearray,
     ) -> None:
-        storage, nbytes, instances, allocates = a.vectors[:4]
+        v = a.vectors
+        storage, nbytes, instances, allocates = v.storage, v.nbytes, v.instances, v.allocates
         count = len(nodes)
         flat = list(itertools.chain.from_iterable(nodes))
         computed = np.array(flat, dtype=np.intp)
@@ -394,7 +394,7 @@ def _distinct_sorted(keys: np.ndarray) -> np.ndarray:
 
 
 def _grouped(keys: np.ndarray, values: np.ndarray, count: int, kind) -> list:
-    """Per key in range(count): `kind` (tuple or list) of its values, in order (`keys` sorted)."""
+    """Per key in range(count): a `kind` (tuple or list) of its values, in order (`keys` sorted)."""
     bounds = np.searchsorted(keys, np.arange(count + 1)).tolist()
-    flat = kind(values.tolist())
+    flat = values.tolist() if kind is list else kind(values.tolist())
     return [flat[i:j] for i, j in itertools.pairwise(bounds)]
