@@ -128,3 +128,28 @@ def test_estimate_counts_inputs_from_the_start_and_outputs_to_the_end():
     assert k.estimate([0, 1]) == 24
     # no order estimates below the freeable input (4, live before any kernel) or the output (16, live after all)
     assert k.floor() == 16
+
+
+def test_least_peak_first_passes_over_the_least_net_kernel_where_its_allocation_exceeds_the_peak_so_far():
+    """Two ready kernels writing the module's outputs: k0 reads and frees input x (60 bytes) and writes y0 (80):
+    net 20; k1 writes y1 (30): net 30. Before either runs, 60 bytes are live under a peak of 110 (the outputs):
+    k0's 80 would raise it, k1's 30 would not, so k1 runs first although k0 leaves less live."""
+    names = ("x", "y0", "y1")
+    a = Arrays(
+        names=names,
+        index={name: i for i, name in enumerate(names)},
+        role=(0, 0, 0),
+        inputs=((), (0,), ()),
+        storage=(0, 1, 2),
+        nbytes=(60, 80, 30),
+        allocates=(True, True, True),
+        instances=(0, -1, -1),
+        getitems=((), (), ()),
+        workspace=(-1, -1, -1),
+        distinct=((), (0,), ()),
+    )
+    k = reorder._Kernels(a, [(1,), (2,)], bytearray(3), bytearray(b"\x00\x01\x01"), {}, [1, 2], bytearray(3))
+    assert k.floor() == 110
+    assert k.least_peak_first() == scan_order(k) == [1, 0]
+    # the rule, not the best order: x, y0 and y1 are all live while k0 runs second (170), not first (140)
+    assert (k.estimate([1, 0]), k.estimate([0, 1])) == (170, 140)

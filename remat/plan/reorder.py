@@ -314,55 +314,38 @@ class _Kernels:
         and that leaves the least memory live after it; else the one that allocates least; ties in given order.
         None as soon as the memory live under it reaches `limit`: its estimate (the most ever live) cannot be lower.
 
-        The ready kernels are grouped by the bytes they allocate, each group a heap on (net allocation, position)
-        with stale entries dropped lazily (a kernel's net allocation only falls, as the buffers it reads lose their
-        other readers): a step looks at one entry per group, not at every ready kernel."""
+        The ready kernels are one heap on (net allocation, position), stale entries dropped lazily (a kernel's net
+        allocation only falls, as the buffers it reads lose their other readers): a step takes the top where its
+        allocation stays within the peak so far, as it nearly always does, and looks over every ready kernel only
+        where it does not."""
         size, reads = self.size, self.reads
         indegree = list(self._dependencies()[0])
         alloc, net, outdegree = self._allocations()
         live, kept = self._ends
         peak = max(live, kept)
-        sizes = sorted(set(alloc))  # the groups' allocations, ascending
-        rank = {ak: g for g, ak in enumerate(sizes)}
-        heaps: list[list[tuple[int, int]]] = [[] for _ in sizes]  # per group: a heap of (net, kernel)
-        group = [rank[ak] for ak in alloc]
-        is_ready = bytearray(len(reads))
-        for k in range(len(reads)):
-            if not indegree[k]:
-                is_ready[k] = 1
-                heaps[group[k]].append((net[k], k))
-        for heap in heaps:
-            heapq.heapify(heap)
         bound = math.inf if limit is None else limit
         if live >= bound:
             return None
+        heap = [(net[k], k) for k in range(len(reads)) if not indegree[k]]
+        heapq.heapify(heap)
+        is_ready = bytearray(len(reads))
+        for _, k in heap:
+            is_ready[k] = 1
         succs, readers = self.succs, self.readers
         pop, push = heapq.heappop, heapq.heappush
         order: list[int] = []
-        remaining = sum(is_ready)
+        remaining = len(heap)
         while remaining:
-            gap = peak - live
-            # the least (allocation beyond the gap, net allocation, position): of the groups allocating within the
-            # gap, the least heap top; where none has a ready kernel, the top of the least allocation above it
-            best: tuple[int, int] | None = None
-            for g, heap in enumerate(heaps):
-                while heap:
-                    top = heap[0]
-                    if is_ready[top[1]] and top[0] == net[top[1]]:
-                        break
-                    pop(heap)
-                else:
-                    continue
-                if sizes[g] > gap:
-                    if best is None:
-                        best = top
+            while True:
+                net_k, chosen = heap[0]
+                if is_ready[chosen] and net_k == net[chosen]:
                     break
-                if best is None or top < best:
-                    best = top
-            assert best is not None
-            chosen = best[1]
-            pop(heaps[group[chosen]])
-            is_ready[chosen] = 0
+                pop(heap)
+            if alloc[chosen] <= peak - live:
+                pop(heap)
+            else:
+                chosen = _least_beyond(heap, is_ready, net, alloc, peak - live)
+            is_ready[chosen] = 0  # its entry, where still in the heap, is stale
             remaining -= 1
             order.append(chosen)
             live += alloc[chosen]
@@ -376,15 +359,23 @@ class _Kernels:
                 if not indegree[s]:
                     is_ready[s] = 1
                     remaining += 1
-                    push(heaps[group[s]], (net[s], s))
+                    push(heap, (net[s], s))
             for o in reads[chosen]:
                 outdegree[o] -= 1
                 if outdegree[o] == 1:
                     for r in readers[o]:
                         net[r] -= size[o]
                         if is_ready[r]:
-                            push(heaps[group[r]], (net[r], r))
+                            push(heap, (net[r], r))
         return order
+
+
+def _least_beyond(heap: list[tuple[int, int]], is_ready: bytearray, net: list[int], alloc: list[int], gap: int) -> int:
+    """least_peak_first's choice where the least (net allocation, position) of the ready kernels allocates more than
+    `gap`: the least of those allocating within it, else the least of those allocating least."""
+    ready = [(alloc[k], (n, k)) for n, k in heap if is_ready[k] and n == net[k]]
+    within = [entry for allocated, entry in ready if allocated <= gap]
+    return min(within)[1] if within else min(ready)[1][1]
 
 
 def _distinct_sorted(keys: np.ndarray) -> np.ndarray:
