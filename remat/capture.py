@@ -207,7 +207,7 @@ def _module_path(node: fx.Node, cleaned: dict[str, str]) -> str:
     stack = _torch.module_stack(node)
     if not stack:
         return ""
-    path = list(stack.values())[-1]
+    path = next(reversed(stack.values()))
     path = path[0] if isinstance(path, tuple) else str(path)
     found = cleaned.get(path)
     if found is None:
@@ -256,7 +256,8 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
     shapes: dict[tuple, tuple] = {}  # one tuple per distinct shape: the graph's values live as long as it does
     for index, node in enumerate(nodes):
         inputs = tuple(dict.fromkeys(a.name for a in node.all_input_nodes))
-        users = tuple(u.name for u in sorted(node.users, key=position.__getitem__))
+        readers = sorted(node.users, key=position.__getitem__) if len(node.users) > 1 else node.users
+        users = tuple(u.name for u in readers)
         val = node.meta.get("val")
         is_tensor = isinstance(val, torch.Tensor)
         target = node.target
@@ -303,7 +304,7 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
                 is_tensor=is_tensor,
                 is_view=is_view,
                 is_multi=is_multi,
-                shape=_one(shapes, tuple(sym_hint(s) for s in val.shape)) if is_tensor else (),
+                shape=_shape(val.shape, shapes) if is_tensor else (),
                 dtype=dtypes.get(val.dtype) or dtypes.setdefault(val.dtype, str(val.dtype).replace("torch.", ""))
                 if is_tensor
                 else "",
@@ -332,6 +333,15 @@ def _tags_of(node: fx.Node, seen: dict[object, frozenset[str]]) -> frozenset[str
     if found is None:
         found = seen[key] = _tags(node) | (_FORMULA if formula else frozenset())
     return found
+
+
+def _shape(size: torch.Size, seen: dict) -> tuple:
+    """The shape at the size hints, one tuple per distinct shape (`seen`): a static size is its own key."""
+    try:
+        found = seen.get(size)  # a static torch.Size equals, and hashes as, the tuple of its sizes
+    except TypeError:  # a symbolic size: SymInts do not hash
+        found = None
+    return found or _one(seen, tuple(sym_hint(s) for s in size))
 
 
 def _one(seen: dict, key: tuple) -> tuple:

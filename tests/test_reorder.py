@@ -22,7 +22,11 @@ def scan_order(k) -> list[int]:
     allocation stays within the peak so far and that leaves the least live after it, else the one allocating
     least; ties in given order."""
     size, reads, writes, outputs = k.size, k.reads, k.writes, k.outputs
-    indegree = [len(p) for p in k.preds]
+    succs = k.succs
+    indegree = [0] * len(reads)  # per kernel: how many kernels it waits for
+    for waiting in succs:
+        for s in waiting:
+            indegree[s] += 1
     outdegree = [len(r) + outputs[o] for o, r in enumerate(k.readers)]
     alloc = [sum(size[o] for o in w) for w in writes]
     frees = [
@@ -41,7 +45,7 @@ def scan_order(k) -> list[int]:
         live += alloc[chosen]
         peak = max(peak, live)
         live -= frees[chosen]
-        for s in k.succs[chosen]:
+        for s in succs[chosen]:
             indegree[s] -= 1
             if not indegree[s]:
                 ready.append(s)

@@ -160,9 +160,9 @@ class _Kernels:
         self._outputs = np.frombuffer(outputs, dtype=np.uint8)[self.buffers].astype(bool)
         self._produced = np.zeros(number, dtype=bool)
         self._produced[self._write_buffer] = True
-        self._readers = np.bincount(self._read_buffer, minlength=number)  # per buffer: how many kernels read it
+        self._reader_count = np.bincount(self._read_buffer, minlength=number)  # per buffer: how many kernels read it
         self._graph = (a, computed, kernel_of, position, order, through)
-        self._links: tuple[list[int], list[list[int]]] | None = None
+        self._links: tuple[list[int], list[int], list[int]] | None = None
 
     @functools.cached_property
     def size(self) -> list[int]:
@@ -179,40 +179,39 @@ class _Kernels:
         """The buffers the module allocates."""
         return set(np.flatnonzero(self._produced).tolist())
 
-    @functools.cached_property
+    @property
     def reads(self) -> list[tuple[int, ...]]:
         """Per kernel: the counted buffers it reads."""
-        return _grouped(self._read_kernel, self._read_buffer, self._count, tuple)
+        return _grouped(*self._reads_flat, tuple)
+
+    @functools.cached_property
+    def _reads_flat(self) -> tuple[list[int], list[int]]:
+        return _flat(self._read_kernel, self._read_buffer, self._count)
 
     @functools.cached_property
     def writes(self) -> list[tuple[int, ...]]:
         """Per kernel: the buffers it allocates."""
-        return _grouped(self._write_kernel, self._write_buffer, self._count, tuple)
-
-    @functools.cached_property
-    def readers(self) -> list[list[int]]:
-        """Per buffer: the kernels reading it, in order."""
-        by_buffer = np.argsort(self._read_buffer, kind="stable")
-        return _grouped(self._read_buffer[by_buffer], self._read_kernel[by_buffer], len(self.buffers), list)
+        return _grouped(*_flat(self._write_kernel, self._write_buffer, self._count), tuple)
 
     @property
-    def preds(self) -> list[set[int]]:
-        """Per kernel: the kernels it waits for."""
-        preds: list[set[int]] = [set() for _ in range(self._count)]
-        for p, waiting in enumerate(self.succs):
-            for k in waiting:
-                preds[k].add(p)
-        return preds
+    def readers(self) -> list[list[int]]:
+        """Per buffer: the kernels reading it, in order."""
+        return _grouped(*self._readers_flat, list)
+
+    @functools.cached_property
+    def _readers_flat(self) -> tuple[list[int], list[int]]:
+        by_buffer = np.argsort(self._read_buffer, kind="stable")
+        return _flat(self._read_buffer[by_buffer], self._read_kernel[by_buffer], len(self.buffers))
 
     @property
     def succs(self) -> list[list[int]]:
         """Per kernel: the kernels that wait for it, in order."""
-        return self._dependencies()[1]
+        return _grouped(*self._dependencies()[1:], list)
 
-    def _dependencies(self) -> tuple[list[int], list[list[int]]]:
-        """(per kernel: how many kernels it waits for, `succs`), found once: a kernel waits for the kernel computing
-        each of its nodes' inputs, and for those an input of it that is a view or computed inside its readers waits
-        for (_after)."""
+    def _dependencies(self) -> tuple[list[int], list[int], list[int]]:
+        """(per kernel: how many kernels it waits for; `succs` flat, as _flat's pair), found once: a kernel waits for
+        the kernel computing each of its nodes' inputs, and for those an input of it that is a view or computed inside
+        its readers waits for (_after)."""
         if self._links is None:
             a, computed, kernel_of, position, order, through = self._graph
             starts, inputs = a.vectors.distinct_start, a.vectors.distinct_flat
@@ -234,7 +233,7 @@ class _Kernels:
             links = _distinct_sorted(links[links // self._count != links % self._count])
             waited, waiting = links // self._count, links % self._count
             indegree = np.bincount(waiting, minlength=self._count).tolist()
-            self._links = (indegree, _grouped(waited, waiting, self._count, list))
+            self._links = (indegree, *_flat(waited, waiting, self._count))
         return self._links
 
     @staticmethod
@@ -271,7 +270,7 @@ class _Kernels:
         """(bytes live before the first kernel: the inputs the module may free; bytes live after the last: the
         outputs it allocates), whatever the order."""
         size, produced = self._size, self._produced
-        return int(size[(self._readers > 0) & ~produced].sum()), int(size[produced & self._outputs].sum())
+        return int(size[(self._reader_count > 0) & ~produced].sum()), int(size[produced & self._outputs].sum())
 
     def floor(self) -> int:
         """What every order's estimate reaches: the larger of the two ends (_ends)."""
@@ -299,7 +298,7 @@ class _Kernels:
         """(per kernel: the bytes it allocates, and those less the bytes it frees, when no kernel has run; per buffer:
         the kernels left to read it, +1 for an output)."""
         size, count = self._size, self._count
-        outdegree = self._readers + self._outputs
+        outdegree = self._reader_count + self._outputs
         alloc = np.zeros(count, dtype=np.int64)
         np.add.at(alloc, self._write_kernel, size[self._write_buffer])
         net = alloc.copy()
@@ -318,20 +317,21 @@ class _Kernels:
         allocation only falls, as the buffers it reads lose their other readers): a step takes the top where its
         allocation stays within the peak so far, as it nearly always does, and looks over every ready kernel only
         where it does not."""
-        size, reads = self.size, self.reads
-        indegree = list(self._dependencies()[0])
+        size, count = self.size, self._count
+        indegree, succ_starts, succs = self._dependencies()
+        indegree = list(indegree)
         alloc, net, outdegree = self._allocations()
         live, kept = self._ends
         peak = max(live, kept)
         bound = math.inf if limit is None else limit
         if live >= bound:
             return None
-        heap = [(net[k], k) for k in range(len(reads)) if not indegree[k]]
+        heap = [(net[k], k) for k in range(count) if not indegree[k]]
         heapq.heapify(heap)
-        is_ready = bytearray(len(reads))
+        is_ready = bytearray(count)
         for _, k in heap:
             is_ready[k] = 1
-        succs, readers = self.succs, self.readers
+        (read_starts, reads), (reader_starts, readers) = self._reads_flat, self._readers_flat
         pop, push = heapq.heappop, heapq.heappush
         order: list[int] = []
         remaining = len(heap)
@@ -354,16 +354,16 @@ class _Kernels:
             if live > peak:
                 peak = live
             live -= alloc[chosen] - net[chosen]
-            for s in succs[chosen]:
+            for s in succs[succ_starts[chosen] : succ_starts[chosen + 1]]:
                 indegree[s] -= 1
                 if not indegree[s]:
                     is_ready[s] = 1
                     remaining += 1
                     push(heap, (net[s], s))
-            for o in reads[chosen]:
+            for o in reads[read_starts[chosen] : read_starts[chosen + 1]]:
                 outdegree[o] -= 1
                 if outdegree[o] == 1:
-                    for r in readers[o]:
+                    for r in readers[reader_starts[o] : reader_starts[o + 1]]:
                         net[r] -= size[o]
                         if is_ready[r]:
                             push(heap, (net[r], r))
@@ -384,8 +384,12 @@ def _distinct_sorted(keys: np.ndarray) -> np.ndarray:
     return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if len(keys) > 1 else keys
 
 
-def _grouped(keys: np.ndarray, values: np.ndarray, count: int, kind) -> list:
-    """Per key in range(count): a `kind` (tuple or list) of its values, in order (`keys` sorted)."""
-    bounds = np.searchsorted(keys, np.arange(count + 1)).tolist()
-    flat = values.tolist() if kind is list else kind(values.tolist())
-    return [flat[i:j] for i, j in itertools.pairwise(bounds)]
+def _flat(keys: np.ndarray, values: np.ndarray, count: int) -> tuple[list[int], list[int]]:
+    """(starts, flat): the values of key k in range(count) are flat[starts[k] : starts[k + 1]], in order (`keys`
+    sorted). The greedy order slices them as it goes, rather than make and free a list per key up front."""
+    return np.searchsorted(keys, np.arange(count + 1)).tolist(), values.tolist()
+
+
+def _grouped(starts: list[int], flat: list[int], kind) -> list:
+    """Per key: a `kind` (tuple or list) of its values (_flat's)."""
+    return [kind(flat[i:j]) for i, j in itertools.pairwise(starts)]
