@@ -7,6 +7,7 @@ import contextlib
 import copy
 import types
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -17,6 +18,7 @@ from remat.config import RematConfig
 from remat.explain import capture_joints
 from remat.pipeline import plan_joint
 from remat.plan import fusion, pool
+from remat.plan.arrays import Arrays
 from remat.plan.simulate import lifetimes
 from remat.rewrite.split import mark_blocks
 
@@ -857,3 +859,29 @@ def test_a_packed_value_a_loop_computes_and_a_loop_reads_is_read_by_the_forward_
         measured = remat.peak_memory(step, exclude=lambda: [w.grad for w in model.parameters()])
         simulated = remat.last_plan().peak_bytes
         assert abs(measured - simulated) <= 64, (simulated, measured)  # 6 MiB + 4 simulated, 4 bytes less measured
+
+
+def test_expand_all_is_expand_of_each_node():
+    """x and w are inputs; b = f(x) is computed inside its reader y = g(b, w); z = h(y, x); c is a constant (no
+    inputs), asked for last. Expanded, y reads x and w, z reads y and x, b reads x, c reads nothing."""
+    names = ("x", "w", "b", "y", "z", "c")
+    a = Arrays(
+        names=names,
+        index={name: i for i, name in enumerate(names)},
+        role=(0,) * 6,
+        inputs=((), (), (0,), (2, 1), (3, 0), ()),
+        storage=tuple(range(6)),
+        nbytes=(4,) * 6,
+        allocates=(True,) * 6,
+        instances=tuple(range(6)),
+        getitems=((),) * 6,
+        workspace=(-1,) * 6,
+        distinct=((), (), (0,), (2, 1), (3, 0), ()),
+    )
+    inlined = bytearray(b"\x00\x00\x01\x00\x00\x00")
+    nodes = [3, 4, 2, 5]
+    memo: dict = {}
+    found = fusion.expand_all(a, nodes, np.asarray(nodes), inlined, memo)
+    assert [[names[j] for j in reads] for reads in found] == [["x", "w"], ["y", "x"], ["x"], []]
+    assert found == [fusion.expand(a, i, inlined, {}) for i in nodes]
+    assert all(memo[i] == reads for i, reads in zip(nodes, found))

@@ -35,7 +35,7 @@ def pack(
     living until then (`last_fw`: the last forward step reading each instance). A forward output, which the caller
     holds, stays. Its slot is live for the whole step, and so is the value as a saved one:
     recomputing it instead shrinks the arena wherever the peak is. A backward loop that writes its output in place
-    over a packed value, or over a buffer so written (fusion.in_place; `in_slots`: first_written), writes it into
+    over a packed value, or over a buffer so written (inplace.in_place; `in_slots`: first_written), writes it into
     the slot: the output takes no memory of its own."""
     a = problem.arrays
     names = packed(problem.graph, sorted(resolved.saved, key=a.index.__getitem__), resolved.moves)

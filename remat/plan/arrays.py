@@ -80,6 +80,14 @@ class Arrays:
             np.fromiter(itertools.chain.from_iterable(self.distinct), dtype=np.intp),
         )
 
+    def flat_inputs(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the distinct inputs of each of `nodes`, one after the other; how many each has)."""
+        starts = self.vectors.distinct_start
+        first = starts[nodes]
+        lengths = starts[nodes + 1] - first
+        offsets = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        return self.vectors.distinct_flat[offsets], lengths
+
 
 def either(x: bytes | bytearray, y: bytes | bytearray) -> bytearray:
     """Per position, 1 where `x` or `y` holds 1 (masks of 0 and 1 bytes, of one length)."""

@@ -6,7 +6,7 @@ plan whose bound is above its budget, and the least-peak search over one whose b
 - contiguous=True: the arena is live for the whole step (arena.pack), so at the step of any backward library call
   the arena is live together with what that call needs (arena_floor). A library call (an opaque op: a matmul,
   attention's backward, a fallback) is never computed inside another kernel and never writes its output over a
-  buffer (fusion.in_place: only loops do, and a loop writing over a packed value writes into its arena slot). So at
+  buffer (inplace.in_place: only loops do, and a loop writing over a packed value writes into its arena slot). So at
   its step its outputs and scratch are live, and so are the buffers of other library calls that it reads: gradients,
   and the forward values it reads where they are recomputed (saved ones are in the arena).
 - Every plan, asked only where the bounds above do not settle a pick (backward_floor, Scored.exceeds): at the step of
@@ -55,7 +55,7 @@ class Later:
     position: int
     live: int  # bytes live at its step in every plan (later_calls)
     # the same, counting of the gradients only library calls' outputs: with contiguous=True a loop may write its
-    # output into the arena slot of a packed value it reads last (fusion.in_place), and the arena is counted whole
+    # output into the arena slot of a packed value it reads last (inplace.in_place), and the arena is counted whole
     arena_live: int
     reads: int  # bit (forward_bits) per forward storage it or a backward node computed from its outputs reads
     most: int  # live plus the bytes of every storage of `reads`: what the floor at its step can reach

@@ -110,7 +110,7 @@ class Problem:
 
     @_graph_fact
     def sole_readers(self) -> dict[tuple[int, tuple[int, ...]], bool]:
-        """The simulation's memo of which loops depend on which (fusion._sole_reader): a fact of the graph, asked
+        """The simulation's memo of which loops depend on which (inplace._sole_reader): a fact of the graph, asked
         again by every plan simulated."""
         return {}
 

@@ -141,8 +141,7 @@ class _Kernels:
             kernel_of = np.repeat(kernel_of, [len(kernel) for kernel in nodes])
         position = np.full(len(a.names), -1, dtype=np.intp)  # per node: the kernel computing it
         position[computed] = kernel_of
-        get, expand = memo.get, fusion.expand
-        expanded = [get(i) or expand(a, i, inside, memo) for i in flat]
+        expanded = fusion.expand_all(a, flat, computed, inside, memo)
         lengths = np.fromiter(map(len, expanded), dtype=np.intp, count=len(expanded))
         read = storage[np.fromiter(itertools.chain.from_iterable(expanded), dtype=np.intp, count=int(lengths.sum()))]
         reader = np.repeat(kernel_of, lengths)
@@ -214,10 +213,7 @@ class _Kernels:
         its readers waits for (_after)."""
         if self._links is None:
             a, computed, kernel_of, position, order, through = self._graph
-            starts, inputs = a.vectors.distinct_start, a.vectors.distinct_flat
-            first = starts[computed]
-            lengths = starts[computed + 1] - first
-            read = inputs[np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))]
+            read, lengths = a.flat_inputs(computed)
             reader = np.repeat(kernel_of, lengths)
             waited = position[read]
             found = waited >= 0

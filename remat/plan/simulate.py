@@ -14,7 +14,7 @@ import itertools
 import types
 from typing import Iterator, Mapping
 
-from . import arena, fusion, pool, reorder
+from . import arena, fusion, inplace, pool, reorder
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
 from .schedule import backward_ids, forward_ids
@@ -158,7 +158,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     saved_spans = {a.names[i]: (alloc[i], last[i]) for i in saved if alloc[i] >= 0 and i not in excluded}
     written_over: dict[int, int] = {}  # in-place writes: the instance taken -> the instance written into it
     if problem.fuses:
-        written_over = fusion.in_place(
+        written_over = inplace.in_place(
             problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last, segment
         )
     spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
