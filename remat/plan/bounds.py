@@ -66,8 +66,15 @@ def saved_floor(problem: Problem, resolved: Resolved) -> int:
     the device and the gradients the step returns are left out."""
     a = problem.arrays
     leaving = resolved.sharded | resolved.offloaded
-    owners = {a.storage[a.index[s]] for s in resolved.saved if s not in leaving}
-    return sum(a.nbytes[o] for o in owners if _counted(problem, o))
+    storage, index = a.storage, a.index
+    owners = {storage[index[s]] for s in resolved.saved if s not in leaving}
+    return sum(map(problem.counted_bytes.__getitem__, owners))
+
+
+def counted_bytes(problem: Problem) -> tuple[int, ...]:
+    """Per position: its bytes where the simulation counts it as a storage (_counted), else 0."""
+    nbytes = problem.arrays.nbytes
+    return tuple(size if _counted(problem, o) else 0 for o, size in enumerate(nbytes))
 
 
 def _counted(problem: Problem, owner: int) -> bool:

@@ -40,8 +40,8 @@ def step_values(problem: Problem) -> int:
 def ratio(problem: Problem, name: str, held: float | None = None) -> tuple:
     """The order greedy recomputes in: recompute cost per byte freed (`held`: bytes weighted by how long they are
     held instead of the value's bytes), then schedule position."""
-    nbytes = problem.graph[name].nbytes if held is None else held
-    return (problem.solver_cost(name) / max(nbytes, 1e-9), problem.graph[name].index)
+    value = problem.graph.by_name[name]  # (called for every value of every ranking: no method call in between)
+    return (problem.solver_cost(name) / max(value.nbytes if held is None else held, 1e-9), value.index)
 
 
 def rankings(problem: Problem, evaluator: Evaluator) -> list[list[str]]:

@@ -186,6 +186,11 @@ class Problem:
         return bounds.library_calls(self)
 
     @_graph_fact
+    def counted_bytes(self) -> tuple[int, ...]:
+        """Per position: its bytes where the simulation counts it as a storage, else 0 (bounds.counted_bytes)."""
+        return bounds.counted_bytes(self)
+
+    @_graph_fact
     def forward_bits(self) -> list[int]:
         """The bits the backward floor numbers forward storages by (bounds.forward_bits)."""
         return bounds.forward_bits(self)
@@ -313,7 +318,8 @@ def build_problem(
     forward = tuple(v.name for v in graph.values if v.role is Role.FORWARD)
     reaches_grad = _ancestors(graph, graph.bw_outputs, lambda r: r is Role.BACKWARD)
     backward = tuple(v.name for v in graph.values if v.role is Role.BACKWARD and v.name in reaches_grad)
-    needed_set = {i for b in backward for i in graph[b].inputs if graph[i].role is Role.FORWARD}
+    value = graph.by_name
+    needed_set = {i for b in backward for i in value[b].inputs if value[i].role is Role.FORWARD}
     # Forward outputs that backward reads count as needed too (they are kept alive anyway).
     needed = tuple(n for n in forward if n in needed_set)
     cand_set = _ancestors(graph, needed, lambda r: r is Role.FORWARD)
@@ -323,7 +329,7 @@ def build_problem(
         n for n in candidates if n not in c.must_save and n not in c.must_recompute and graph[n].is_tensor
     )
     fw_required = frozenset(_ancestors(graph, graph.fw_outputs, lambda r: r is Role.FORWARD))
-    read = {i for b in backward for i in graph[b].inputs if graph[i].role is Role.PRIMAL}
+    read = {i for b in backward for i in value[b].inputs if value[i].role is Role.PRIMAL}
     needed_inputs = tuple(v.name for v in graph.values if v.name in read)
     local = rank_local(graph, transfer.group) if transfer.world > 1 else {}
     return Problem(

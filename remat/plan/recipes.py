@@ -107,11 +107,11 @@ def _inside(problem: Problem, name: str, grouping: Callable[[int], int | None]) 
 def _inside_groups(problem: Problem, grouping: Callable[[int], int | None]) -> frozenset[str]:
     """The values of the grouped blocks that no forward node outside their group reads, nor one sharing their
     storage (`_inside`)."""
-    graph = problem.graph
+    value = problem.graph.by_name
     readers = _forward_readers(problem)
     group = {n: g for n, b in blocks(problem).items() if (g := grouping(b)) is not None}
-    kept = {graph[name].storage for name, g in group.items() if any(group.get(u) != g for u in readers[name])}
-    return frozenset(n for n in group if n not in kept and graph[n].storage not in kept)
+    kept = {value[name].storage for name, g in group.items() if any(group.get(u) != g for u in readers[name])}
+    return frozenset(n for n in group if n not in kept and value[n].storage not in kept)
 
 
 def _forward_readers(problem: Problem) -> dict[str, tuple[str, ...]]:
@@ -120,8 +120,8 @@ def _forward_readers(problem: Problem) -> dict[str, tuple[str, ...]]:
 
 
 def _forward_readers_of(graph: Graph) -> dict[str, tuple[str, ...]]:
-    roles = (Role.FORWARD, Role.OUTPUT)
-    return {v.name: tuple(u for u in v.users if graph[u].role in roles) for v in graph.values}
+    roles, value = (Role.FORWARD, Role.OUTPUT), graph.by_name
+    return {v.name: tuple(u for u in v.users if value[u].role in roles) for v in graph.values}
 
 
 def recipes(problem: Problem) -> list[tuple[str, frozenset[str]]]:
