@@ -108,24 +108,33 @@ def test_least_peak_first_is_inductors_rule_and_stops_only_where_it_cannot_win(c
     assert unsearched or case != "gpt"  # and a forward whose given order already estimates the least possible
 
 
-def test_estimate_counts_inputs_from_the_start_and_outputs_to_the_end():
-    """Two kernels: the first reads a freeable input x (4 bytes: a saved activation) and writes a buffer b (8) the
-    second reads and frees, writing the module's output y (16)."""
-    names = ("x", "b", "y")
+def two_kernels(names, inputs, nbytes, outputs) -> reorder._Kernels:
+    """The kernels of a hand-written module of three values, each its own storage: an input the module may free (a
+    saved activation), then two nodes computed as one kernel each; `outputs`: the positions the module returns."""
     a = Arrays(
         names=names,
         index={name: i for i, name in enumerate(names)},
         role=(0, 0, 0),
-        inputs=((), (0,), (1,)),
+        inputs=inputs,
         storage=(0, 1, 2),
-        nbytes=(4, 8, 16),
+        nbytes=nbytes,
         allocates=(True, True, True),
         instances=(0, -1, -1),
         getitems=((), (), ()),
         workspace=(-1, -1, -1),
-        distinct=((), (0,), (1,)),
+        distinct=inputs,
     )
-    k = reorder._Kernels(a, [(1,), (2,)], bytearray(3), bytearray(b"\x00\x00\x01"), {}, [1, 2], bytearray(3))
+    returned = bytearray(3)
+    for o in outputs:
+        returned[o] = 1
+    return reorder._Kernels(a, [(1,), (2,)], bytearray(3), returned, {}, [1, 2], bytearray(3))
+
+
+def test_estimate_counts_inputs_from_the_start_and_outputs_to_the_end():
+    """Two kernels: the first reads a freeable input x (4 bytes: a saved activation) and writes a buffer b (8) the
+    second reads and frees, writing the module's output y (16)."""
+    names = ("x", "b", "y")
+    k = two_kernels(names, ((), (0,), (1,)), (4, 8, 16), outputs=(2,))
     assert [[names[b] for b in kernel] for kernel in k.reads] == [["x"], ["b"]]
     assert k.succs == [[1], []]
     # step 0: input 4 + buffer 8 = 12; the input is freed after it; step 1: 8 + 16 = 24; the output stays
@@ -138,21 +147,7 @@ def test_least_peak_first_passes_over_the_least_net_kernel_where_its_allocation_
     """Two ready kernels writing the module's outputs: k0 reads and frees input x (60 bytes) and writes y0 (80):
     net 20; k1 writes y1 (30): net 30. Before either runs, 60 bytes are live under a peak of 110 (the outputs):
     k0's 80 would raise it, k1's 30 would not, so k1 runs first although k0 leaves less live."""
-    names = ("x", "y0", "y1")
-    a = Arrays(
-        names=names,
-        index={name: i for i, name in enumerate(names)},
-        role=(0, 0, 0),
-        inputs=((), (0,), ()),
-        storage=(0, 1, 2),
-        nbytes=(60, 80, 30),
-        allocates=(True, True, True),
-        instances=(0, -1, -1),
-        getitems=((), (), ()),
-        workspace=(-1, -1, -1),
-        distinct=((), (0,), ()),
-    )
-    k = reorder._Kernels(a, [(1,), (2,)], bytearray(3), bytearray(b"\x00\x01\x01"), {}, [1, 2], bytearray(3))
+    k = two_kernels(("x", "y0", "y1"), ((), (0,), ()), (60, 80, 30), outputs=(1, 2))
     assert k.floor() == 110
     assert k.least_peak_first() == scan_order(k) == [1, 0]
     # the rule, not the best order: x, y0 and y1 are all live while k0 runs second (170), not first (140)
