@@ -304,7 +304,7 @@ def capture(joint: fx.GraphModule, num_fwd_outputs: int, traced_backward: bool =
                 is_tensor=is_tensor,
                 is_view=is_view,
                 is_multi=is_multi,
-                shape=_shape(val.shape, shapes) if is_tensor else (),
+                shape=_one(shapes, tuple(sym_hint(s) for s in val.shape)) if is_tensor else (),
                 dtype=dtypes.get(val.dtype) or dtypes.setdefault(val.dtype, str(val.dtype).replace("torch.", ""))
                 if is_tensor
                 else "",
@@ -333,15 +333,6 @@ def _tags_of(node: fx.Node, seen: dict[object, frozenset[str]]) -> frozenset[str
     if found is None:
         found = seen[key] = _tags(node) | (_FORMULA if formula else frozenset())
     return found
-
-
-def _shape(size: torch.Size, seen: dict) -> tuple:
-    """The shape at the size hints, one tuple per distinct shape (`seen`): a static size is its own key."""
-    try:
-        found = seen.get(size)  # a static torch.Size equals, and hashes as, the tuple of its sizes
-    except TypeError:  # a symbolic size: SymInts do not hash
-        found = None
-    return found or _one(seen, tuple(sym_hint(s) for s in size))
 
 
 def _one(seen: dict, key: tuple) -> tuple:

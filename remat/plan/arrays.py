@@ -25,7 +25,8 @@ _CODES = {
 
 
 class Vectors(NamedTuple):
-    """Arrays' columns that whole-module array operations read (reorder._Kernels), as numpy arrays."""
+    """Arrays' columns that whole-module array operations read (reorder._Kernels, fusion.expand_all), as numpy
+    arrays."""
 
     storage: np.ndarray
     nbytes: np.ndarray

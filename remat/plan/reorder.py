@@ -118,8 +118,9 @@ def _kernel_nodes(nodes: list[int], groups: Sequence[tuple[int, ...]]) -> list[t
 class _Kernels:
     """One module's kernels (indices into `nodes`) with the buffers each reads and writes, as inductor's memory
     planning sees them (memory.py: MemoryPlanningInfoForNode / ForBuffer): buffers numbered from 0 (`buffers`: their
-    storages), each read and write a (kernel, buffer) pair of flat arrays. The lists the greedy order walks (`reads`,
-    `readers`, `succs`) are made when first read: the estimate of the given order needs none of them."""
+    storages), each read and write a (kernel, buffer) pair of flat arrays. What the greedy order walks (what each
+    kernel reads and waits for, each buffer's readers) is made when first read, as flat lists (_flat): the estimate of
+    the given order needs none of it. `reads`, `writes`, `readers` and `succs` give them per kernel or buffer."""
 
     def __init__(
         self,
@@ -187,7 +188,7 @@ class _Kernels:
     def _reads_flat(self) -> tuple[list[int], list[int]]:
         return _flat(self._read_kernel, self._read_buffer, self._count)
 
-    @functools.cached_property
+    @property
     def writes(self) -> list[tuple[int, ...]]:
         """Per kernel: the buffers it allocates."""
         return _grouped(*_flat(self._write_kernel, self._write_buffer, self._count), tuple)
