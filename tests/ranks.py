@@ -41,6 +41,16 @@ def _rank(rank: int, stacks: str, worker, *args) -> None:
     _stacks = open(os.path.join(stacks, f"rank{rank}.txt"), "w")  # noqa: SIM115 - open for the process's life
     faulthandler.register(signal.SIGUSR1, file=_stacks, all_threads=True)
     worker(rank, *args)
+    # A rank that returned has written its results; it leaves without the interpreter's teardown. There, a gloo group
+    # still referenced (by a compiled module's caches, say) is freed while Python shuts down, and a worker thread of
+    # the group refused the interpreter lock ends the process with std::terminate (SIGABRT): now and then, and
+    # nothing to do with what the test checks. The marker lets a failure say whether a dead rank had returned.
+    faulthandler.unregister(signal.SIGUSR1)
+    _stacks.close()
+    open(os.path.join(stacks, f"rank{rank}.returned"), "w").close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 _stacks = None  # a rank's open tracebacks file
@@ -49,10 +59,12 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repos
 
 def run(worker, *args, world: int = 2, deadline_s: float = DEADLINE_S, report_s: float = REPORT_S) -> list[str]:
     """`worker(rank, *args)` on `world` spawned processes; returns once every one has exited cleanly. A rank that
-    raises or dies fails the call (torch's ProcessRaisedException / ProcessExitedException); ranks still running
-    after `report_s` print their tracebacks and go on; ranks still running after `deadline_s` have their tracebacks
-    printed and are killed, and the test fails naming them. Returns the report's condensed tracebacks (empty when
-    every rank ended before `report_s`), for a caller's own assertion messages; a failure here carries them."""
+    raises or dies fails the test with torch's message (the exception's traceback, or the signal) and the ranks that
+    had returned from `worker` (a rank that returned leaves at once, without the interpreter's teardown); ranks
+    still running after `report_s` print their tracebacks and go on; ranks still running after `deadline_s` have
+    their tracebacks printed and are killed, and the test fails naming them. Returns the report's condensed
+    tracebacks (empty when every rank ended before `report_s`), for a caller's own assertion messages; a failure
+    here carries them."""
     stacks = tempfile.mkdtemp(prefix="ranks-")
     context = mp.start_processes(_rank, args=(stacks, worker, *args), nprocs=world, join=False, start_method="spawn")
     start = time.monotonic()
@@ -79,9 +91,10 @@ def run(worker, *args, world: int = 2, deadline_s: float = DEADLINE_S, report_s:
                 pytrace=False,
             )
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as error:
-        if not reported:
-            raise
-        pytest.fail("\n".join([str(error), *reported]), pytrace=False)
+        returned = [r for r in range(world) if os.path.exists(os.path.join(stacks, f"rank{r}.returned"))]
+        pytest.fail(
+            "\n".join([f"{error} (ranks that had returned from the worker: {returned})", *reported]), pytrace=False
+        )
     finally:
         shutil.rmtree(stacks, ignore_errors=True)
     return reported

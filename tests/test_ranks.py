@@ -1,6 +1,8 @@
 """The launcher of the gloo tests (tests/ranks.py): a rank that never returns fails its test at the deadline with
 its traceback, instead of holding the suite until CI's limit."""
 
+import atexit
+import os
 import time
 
 import pytest
@@ -33,3 +35,26 @@ def test_a_stuck_rank_is_killed_at_the_deadline_with_its_traceback(capfd):
     dumps = err.split("still running after 45 s:")[1:]
     assert len(dumps) == 2 and all("in _stuck" in dump for dump in dumps), dumps
     assert err.index("(going on)") < err.index("still running after 45 s:")
+
+
+def _returns_then_teardown_aborts(rank: int) -> None:
+    atexit.register(os.abort)  # the interpreter's teardown would end the process with SIGABRT
+
+
+def _dies(rank: int) -> None:
+    if rank == 1:
+        os.abort()
+    time.sleep(60)  # rank 0 outlives its peer: the launcher ends it
+
+
+@pytest.mark.slow
+def test_a_rank_that_returned_leaves_without_the_interpreters_teardown():
+    assert run(_returns_then_teardown_aborts) == []
+
+
+@pytest.mark.slow
+def test_a_dead_rank_fails_the_test_saying_whether_it_had_returned():
+    with pytest.raises(
+        pytest.fail.Exception, match=r"process 1 terminated with signal SIGABRT .*returned from the worker: \[\]"
+    ):
+        run(_dies)
