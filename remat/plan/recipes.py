@@ -54,8 +54,8 @@ def blocks(problem: Problem) -> dict[str, int]:
 
 def _blocks(graph: Graph) -> dict[str, int]:
     children: dict[str, set[int]] = {}
-    for v in graph.values:
-        parts = v.module_path.split(".") if v.module_path else []
+    for path in {v.module_path for v in graph.values}:  # a block's values share a few paths
+        parts = path.split(".") if path else []
         for depth, part in enumerate(parts):
             if part.isdigit():
                 children.setdefault(".".join(parts[:depth]), set()).add(int(part))
@@ -101,27 +101,52 @@ def _inside(problem: Problem, name: str, grouping: Callable[[int], int | None]) 
     forward node outside their group reads. Which values those are is found once per problem and its variants
     (Problem.graph_fact), under the recipe's `name`."""
     inside = problem.graph_fact(f"recipe {name}", lambda p: _inside_groups(p, grouping))
-    return frozenset(n for n in problem.choosable if n in inside)
+    return inside.intersection(problem.choosable)
 
 
 def _inside_groups(problem: Problem, grouping: Callable[[int], int | None]) -> frozenset[str]:
     """The values of the grouped blocks that no forward node outside their group reads, nor one sharing their
-    storage (`_inside`)."""
+    storage (`_inside`). Only a value read outside its own block (_crossings) can be read outside its group."""
     value = problem.graph.by_name
-    readers = _forward_readers(problem)
-    group = {n: g for n, b in blocks(problem).items() if (g := grouping(b)) is not None}
-    kept = {value[name].storage for name, g in group.items() if any(group.get(u) != g for u in readers[name])}
-    return frozenset(n for n in group if n not in kept and value[n].storage not in kept)
+    block = blocks(problem)
+    of_block = {b: grouping(b) for b in set(block.values())}
+    group = {n: g for n, b in block.items() if (g := of_block[b]) is not None}
+    kept = {
+        value[name].storage
+        for name, read_in in _crossings(problem).items()
+        if (g := group.get(name)) is not None and any(b is None or of_block[b] != g for b in read_in)
+    }
+    views = _views(problem)
+    return frozenset(group.keys() - kept - {v for s in kept for v in views.get(s, ())})
 
 
-def _forward_readers(problem: Problem) -> dict[str, tuple[str, ...]]:
-    """Per value, the forward nodes and outputs that read it: found once per problem and its variants."""
-    return problem.graph_fact("forward readers", lambda p: _forward_readers_of(p.graph))
+def _views(problem: Problem) -> dict[str, tuple[str, ...]]:
+    """Per storage, the values that are views of it (their storage is another value's): a fact of the graph."""
+
+    def build(p: Problem) -> dict[str, tuple[str, ...]]:
+        found: dict[str, list[str]] = {}
+        for v in p.graph.values:
+            if v.storage != v.name:
+                found.setdefault(v.storage, []).append(v.name)
+        return {s: tuple(names) for s, names in found.items()}
+
+    return problem.graph_fact("views", build)
 
 
-def _forward_readers_of(graph: Graph) -> dict[str, tuple[str, ...]]:
-    roles, value = (Role.FORWARD, Role.OUTPUT), graph.by_name
-    return {v.name: tuple(u for u in v.users if value[u].role in roles) for v in graph.values}
+def _crossings(problem: Problem) -> dict[str, frozenset[int | None]]:
+    """The block values a forward node or output of another block, or of none, reads: per value, the blocks of its
+    forward readers (None: outside every block). Found once per problem and its variants."""
+    return problem.graph_fact("block crossings", _crossings_of)
+
+
+def _crossings_of(problem: Problem) -> dict[str, frozenset[int | None]]:
+    roles, value, block = (Role.FORWARD, Role.OUTPUT), problem.graph.by_name, blocks(problem)
+    found = {}
+    for name, b in block.items():
+        read_in = frozenset(block.get(u) for u in value[name].users if value[u].role in roles)
+        if read_in - {b}:
+            found[name] = read_in
+    return found
 
 
 def recipes(problem: Problem) -> list[tuple[str, frozenset[str]]]:
@@ -155,10 +180,7 @@ def _attention_core(problem: Problem) -> frozenset[str]:
     """Values computed inside attention modules between the projections: not a projection's output, not read by a
     projection, not read outside the attention module."""
     graph = problem.graph
-    module = problem.graph_fact(
-        "attention modules",
-        lambda p: {v.name: _attention_module(v.module_path) for v in p.graph.values if v.role is Role.FORWARD},
-    )
+    module = problem.graph_fact("attention modules", _attention_modules)
     core = set()
     for name in problem.choosable:
         v = graph[name]
@@ -169,6 +191,13 @@ def _attention_core(problem: Problem) -> frozenset[str]:
             continue
         core.add(name)
     return frozenset(core)
+
+
+def _attention_modules(problem: Problem) -> dict[str, str]:
+    """Per forward value, its attention module (_attention_module): found once per module path."""
+    forward = [v for v in problem.graph.values if v.role is Role.FORWARD]
+    scopes = {path: _attention_module(path) for path in {v.module_path for v in forward}}
+    return {v.name: scopes[v.module_path] for v in forward}
 
 
 def _attention_module(path: str) -> str:
