@@ -1,5 +1,6 @@
 """The launcher of the gloo tests (tests/ranks.py): a rank that never returns fails its test at the deadline with
-its traceback, instead of holding the suite until CI's limit."""
+its traceback, instead of holding the suite until CI's limit; a rank that returned leaves without the interpreter's
+teardown; a rank that dies fails its test saying which ranks had returned."""
 
 import atexit
 import os
