@@ -197,6 +197,19 @@ def test_backward_floor_sees_recomputation_and_spares_simulations(inner, options
         assert backward_floor(p, member.resolved) <= member.peak
 
 
+def test_backward_floor_above_a_low_limit_is_what_every_plan_needs():
+    """Asked whether a plan exceeds a limit below what some backward library call needs in every plan (the
+    least-peak search asks for 0 bytes), backward_floor answers with that need, a bound no higher than the plan's
+    whole one, without walking the plan's sets; from it up, it walks them as before."""
+    p = llama_problem("inductor")
+    everything = Evaluator(p).score(p.choosable).resolved
+    need = max(call.live for call in p.later_calls)
+    whole = backward_floor(p, everything)
+    assert 0 < need < whole
+    assert backward_floor(p, everything, 0) == backward_floor(p, everything, need - 1) == need
+    assert need < backward_floor(p, everything, need) <= whole
+
+
 def test_bytes_of_a_bitset_are_the_sum_of_its_storages():
     """bounds._bytes adds the sizes of the set bits one by one for a few, under a mask for many: the same integers."""
     import random

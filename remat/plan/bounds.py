@@ -244,15 +244,23 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
     """The most live, over the backward library calls, at a call's step (module docstring): its own needs
     (Later.live), the saved storages the device keeps (contiguous=True: the arena instead) read then or later, and
     the recomputed values written out that it is computed from, read then or later. The largest such sum, or, once a
-    sum exceeds `above`, that sum. Sets of forward storages are integers over forward_bits (Later.reads)."""
+    sum exceeds `above`, that sum (first tried: the largest of the calls' own needs, which every plan has). Sets of
+    forward storages are integers over forward_bits (Later.reads)."""
     a = problem.arrays
     calls = problem.later_calls
     if not calls:
         return 0
+    arena = problem.transfer.contiguous
+    base = _arena_bytes(problem, resolved) if arena else 0  # the saved values are in the arena's slots
+    if above >= 0:
+        # what every plan has live at some call's step settles a low limit (a least-peak search asks for 0 bytes)
+        # before the plan's own sets are walked
+        found = base + max(call.arena_live if arena else call.live for call in calls)
+        if found > above:
+            return found
     storage, kinds, distinct = a.storage, a.kinds, a.distinct
     bit, sizes = problem.forward_bits, problem.forward_sizes
     index = a.index
-    arena = problem.transfer.contiguous
     loops = not arena  # whether a loop's output counts: none may be written into the arena (Later.arena_live)
     recomputed = sorted(index[n] for n in resolved.recomputed)
     is_recomputed = bytearray(len(a.names))
@@ -278,10 +286,8 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
             if more:
                 bits = bits | more if bits else more  # the first shared, not copied: a chain's are long
         made[i] = bits
-    kept, base = 0, 0  # saved storages counted one by one (only forward ones meet Later.reads); bytes counted whole
-    if arena:
-        base = _arena_bytes(problem, resolved)  # the saved values are in the arena's slots
-    else:
+    kept = 0  # saved storages counted one by one (only forward ones meet Later.reads)
+    if not arena:
         leaving = resolved.sharded | resolved.offloaded
         for name in resolved.saved:
             if name not in leaving:
