@@ -29,9 +29,9 @@ class Role(enum.Enum):
     OUTPUT = "output"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Value:
-    """Facts about one node of the joint graph."""
+    """Facts about one node of the joint graph (slots: a large graph holds hundreds of thousands)."""
 
     name: str
     index: int  # position in the joint graph

@@ -71,6 +71,33 @@ class Arrays:
         return bytes(self.is_view)
 
     @functools.cached_property
+    def folding_mask(self) -> bytes:
+        """Per node, 1 for an mm inductor may turn into an addmm (`folds`), as bytes."""
+        return bytes(target >= 0 for target in self.folds)
+
+    @functools.cached_property
+    def loop_mask(self) -> bytes:
+        """Per node, 1 for a pointwise loop that allocates (what fusion.inlined may compute inside its readers), as
+        bytes."""
+        return bytes(kind == fusion.POINTWISE and owns for kind, owns in zip(self.kinds, self.allocates))
+
+    @functools.cached_property
+    def allocating_more(self) -> bytes:
+        """Per node, 1 for an op that allocates more than its own value: a multi-output op (its getitems) or one
+        with scratch (`workspace`), as bytes."""
+        return bytes(bool(items) or scratch >= 0 for items, scratch in zip(self.getitems, self.workspace))
+
+    @functools.cached_property
+    def first_backward(self) -> int:
+        """The position of the first backward node (len(names): none)."""
+        return next((i for i, role in enumerate(self.role) if role == BACKWARD), len(self.names))
+
+    @functools.cached_property
+    def forward_mask(self) -> bytes:
+        """Per node, 1 for a forward value (role FORWARD), as bytes."""
+        return bytes(role == FORWARD for role in self.role)
+
+    @functools.cached_property
     def vectors(self) -> Vectors:
         return Vectors(
             np.array(self.storage, dtype=np.intp),

@@ -108,11 +108,18 @@ def folded(a, order: Sequence[int], member: bytearray, kept: bytearray) -> bytea
     them) computes as an addmm where its add runs. `kept`: values the module must write out (saved for backward,
     outputs). `a`: the plan's Arrays."""
     out = bytearray(len(a.names))
-    for i in order:
+    for i in select(order, a.folding_mask):
         target = a.folds[i]
-        if target >= 0 and member[target] and not kept[i] and _readers(a, i, member) == [target]:
+        if member[target] and not kept[i] and _readers(a, i, member) == [target]:
             out[i] = 1
     return out
+
+
+def select(order: Sequence[int], mask: bytes | bytearray) -> list[int]:
+    """The nodes of `order` that `mask` (a byte per position, Arrays' masks) marks with 1, in order: one whole-array
+    test rather than one per node."""
+    nodes = np.asarray(order, dtype=np.intp)
+    return nodes[np.frombuffer(mask, dtype=np.uint8)[nodes].astype(bool)].tolist()
 
 
 def inlined(
@@ -133,8 +140,9 @@ def inlined(
     in several kernels after all is written out, and the values after it decided again.
     `folded_mm`: the module's mms that run inside an addmm (`folded`); they stay marked in the result."""
     written: set[int] = set()  # values whose readers run in kernels of their own after all
+    steps = (select(order, a.folding_mask), select(order, a.loop_mask))
     while True:
-        out, fused = _inline_pass(a, order, member, kept, eligible, folded_mm, None if groups is None else written)
+        out, fused = _inline_pass(a, steps, member, kept, eligible, folded_mm, None if groups is None else written)
         found, undone = [], set()
         for i, consumers in fused:
             kernels = _kernels_of(a, consumers, out, member)
@@ -165,12 +173,14 @@ def _inside_reads(a, out: bytearray, reads: dict[int, frozenset[int]], owner: in
     return found
 
 
-def _inline_pass(a, order, member, kept, eligible, folded_mm, written: set[int] | None):
-    """One pass of `inlined` in `order`: (its result, the values the one-kernel rule kept local with their readers).
-    The rule applies to no value of `written`, and to none at all when `written` is None."""
-    kinds, allocates = a.kinds, a.allocates
+def _inline_pass(a, steps: tuple[list[int], list[int]], member, kept, eligible, folded_mm, written: set[int] | None):
+    """One pass of `inlined` over the module's (mms inductor may fold, pointwise loops that allocate), each in
+    schedule order: (its result, the values the one-kernel rule kept local with their readers). The rule applies to
+    no value of `written`, and to none at all when `written` is None."""
+    kinds = a.kinds
+    folding, loops = steps
     absorbing = bytearray(len(a.names))  # adds that run as an addmm (a library call reading its other input)
-    for i in order:
+    for i in folding:
         if folded_mm[i]:
             absorbing[a.folds[i]] = 1
     out = bytearray(folded_mm)
@@ -179,8 +189,8 @@ def _inline_pass(a, order, member, kept, eligible, folded_mm, written: set[int] 
 
     heavy = bytearray(a.heavy) if a.heavy else bytearray(len(a.names))  # computes a heavy op, itself or inlined
     storage, inputs = a.storage, a.inputs
-    for i in order:
-        if not eligible[i] or kinds[i] != POINTWISE or not allocates[i] or kept[i] or absorbing[i]:
+    for i in loops:
+        if not eligible[i] or kept[i] or absorbing[i]:
             continue
         consumers = _readers(a, i, member)
         if not consumers or not all(kinds[c] != OPAQUE and not absorbing[c] for c in consumers):

@@ -44,7 +44,8 @@ def in_place(problem, resolved, forward, backward, recomputed, alloc, last, segm
                     continue
                 k = j + n if in_bw and recomputed[j] else plain[j]
                 if k >= 0 and k not in taken and last[k] == step and 0 <= alloc[k] < step:
-                    others = tuple(r for r in readers[j] if segment[r] == segment[i] and r != i)
+                    found = readers[j]
+                    others = tuple(r for r in found if segment[r] == segment[i] and r != i) if len(found) > 1 else ()
                     if not _sole_reader(a, i, others, problem.sole_readers):
                         continue
                     taken[k] = i + n if in_bw and recomputed[i] else plain[i]

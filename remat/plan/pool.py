@@ -63,37 +63,40 @@ def reuse(
     buffer, though its own goes to the pool when freed. Forward and backward are separate modules: a buffer is reused
     only within the module that allocated and released it, and values passed from one to the other are never
     reused."""
-    firsts = [first for _, first, _ in spans]
-    lasts = [last for _, _, last in spans]
-    key = [keys[owner] for owner, _, _ in spans]
-    size = [sizes[owner] for owner, _, _ in spans]
+    if not spans:
+        return []
+    owners, firsts, lasts = (list(column) for column in zip(*spans))
+    key = list(map(keys.__getitem__, owners))
+    size = list(map(sizes.__getitem__, owners))
     ends = list(lasts)
-    end = max(lasts, default=0) + 1
-    plain = range(min(scratch_from, len(spans)))
-    if estimated is None or estimated is spans:
-        counted = (firsts[: len(plain)], lasts[: len(plain)], size[: len(plain)])
-    else:
-        seen = estimated[: len(plain)]
-        counted = ([f for _, f, _ in seen], [e for _, _, e in seen], [sizes[owner] for owner, _, _ in seen])
+    end = max(lasts) + 1
+    plain = min(scratch_from, len(spans))  # the spans before it take and give buffers
+    # the spans inductor's estimate counts: (first steps, last steps, bytes)
+    counted: tuple[Sequence[int], Sequence[int], Sequence[int]] = (firsts[:plain], lasts[:plain], size[:plain])
+    if estimated is not None and estimated is not spans:
+        seen_owners, seen_firsts, seen_lasts = zip(*estimated[:plain]) if plain else ((), (), ())
+        counted = (seen_firsts, seen_lasts, list(map(sizes.__getitem__, seen_owners)))
+    first_at = np.array(firsts[:plain], dtype=np.int64)
+    last_at = np.array(lasts[:plain], dtype=np.int64)
     for lo, hi in ((0, boundary), (boundary, max(end, boundary))):
-        module = [k for k in plain if lo <= firsts[k] and lasts[k] < hi]
-        if not module:
+        module = np.flatnonzero((first_at >= lo) & (last_at < hi))
+        if not len(module):
             continue
-        estimate = _estimate(*counted, lo, hi)
+        estimate = _estimate(counted[0], counted[1], counted[2], lo, hi)
         peak = max(estimate)
         # Steps in order; at a step, a kernel's outputs are allocated before it runs, and what it read last is
         # released after: an allocation at step s can take only buffers released before s. Sorting is stable, so
         # spans of one step keep their order.
-        releases = sorted(module, key=lasts.__getitem__)
+        releases = module[np.argsort(last_at[module], kind="stable")].tolist()
         pool: dict[object, list[int]] = {}
         released = 0
-        for k in sorted(module, key=firsts.__getitem__):
+        for k in module[np.argsort(first_at[module], kind="stable")].tolist():
             step = firsts[k]
             while released < len(releases) and lasts[releases[released]] < step:
                 free = releases[released]
                 pool.setdefault(key[free], []).append(free)
                 released += 1
-            taken = pool.get(key[k]) if takes[spans[k][0]] else None
+            taken = pool.get(key[k]) if takes[owners[k]] else None
             if not taken:
                 continue
             released_at = lasts[taken[-1]]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from .arrays import BACKWARD, FORWARD
+import bisect
+
+import numpy as np
+
+from .arrays import FORWARD
 from .problem import Problem, Resolved
 
 
@@ -23,25 +27,31 @@ def forward_ids(problem: Problem, resolved: Resolved) -> list[int]:
             continue
         required[i] = 1
         stack.extend(j for j in a.inputs[i] if a.role[j] == FORWARD and not required[j])
-    order = [i for i in range(len(a.names)) if required[i] and a.role[i] == FORWARD]
+    order = np.flatnonzero(np.frombuffer(required, dtype=np.uint8) & np.frombuffer(a.forward_mask, dtype=np.uint8))
+    order = order.tolist()
     return _early(a, order) if problem.fuses else order
 
 
 def _early(a, order: list[int]) -> list[int]:
-    """`order` with each forward value that sits after the first backward node moved to just after the last of its
-    forward inputs (values without forward inputs stay where they are)."""
-    boundary = next((i for i, r in enumerate(a.role) if r == BACKWARD), len(a.names))
+    """`order` (ascending positions) with each forward value that sits after the first backward node moved to just
+    after the last of its forward inputs (values without forward inputs stay where they are)."""
+    boundary = a.first_backward
     if not order or order[-1] < boundary:
         return order
-    key: dict[int, tuple[int, ...]] = {}  # place in the new order: an anchor's key, then the move's sequence number
-    after: dict[int, list[int]] = {}  # anchor → the values moved right after it, in joint order
+    member = bytearray(len(a.names))  # in `order`: a node's inputs in it come before it
     for i in order:
-        inputs = [j for j in a.inputs[i] if j in key]
-        if i < boundary or not inputs:
-            key[i] = (i,)
+        member[i] = 1
+    # place in the new order: an anchor's key, then the move's sequence number; (j,) for a value that stays
+    key: dict[int, tuple[int, ...]] = {}
+    after: dict[int, list[int]] = {}  # anchor → the values moved right after it, in joint order
+    moves = 0
+    for i in order[bisect.bisect_left(order, boundary) :]:
+        inputs = [j for j in a.inputs[i] if member[j]]
+        if not inputs:
             continue
-        anchor = max(inputs, key=key.__getitem__)
-        key[i] = key[anchor] + (len(key),)
+        anchor = max(inputs, key=lambda j: key.get(j) or (j,))
+        key[i] = (key.get(anchor) or (anchor,)) + (len(order) + moves,)
+        moves += 1
         after.setdefault(anchor, []).append(i)
     moved = {i for group in after.values() for i in group}
     out: list[int] = []
@@ -66,7 +76,11 @@ def backward_ids(problem: Problem, resolved: Resolved) -> list[int]:
     for n in resolved.recomputed:
         pending[a.index[n]] = 1
     order: list[int] = []
-    for node in problem.backward_positions:
+    positions = problem.backward_positions
+    for node, reads_pending in zip(positions, _reading(problem, pending)):
+        if not reads_pending:
+            order.append(node)
+            continue
         for root in inputs_of[node]:
             if not pending[root]:
                 continue
@@ -92,6 +106,21 @@ def backward_ids(problem: Problem, resolved: Resolved) -> list[int]:
                         stack.append((j, False))
         order.append(node)
     return order
+
+
+def _reading(problem: Problem, pending: bytearray) -> list[bool]:
+    """Per backward node (Problem.backward_positions), whether it reads a value `pending` marks: only those can
+    emit recomputation ahead of them."""
+    inputs, reader = problem.graph_fact("backward inputs", _backward_inputs)
+    hit = np.frombuffer(pending, dtype=np.uint8)[inputs].astype(bool)
+    return (np.bincount(reader[hit], minlength=len(problem.backward_positions)) > 0).tolist()
+
+
+def _backward_inputs(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct inputs of the backward nodes one after the other, and the backward node (its place in
+    Problem.backward_positions) reading each."""
+    inputs, lengths = problem.arrays.flat_inputs(np.asarray(problem.backward_positions, dtype=np.intp))
+    return inputs, np.repeat(np.arange(len(lengths)), lengths)
 
 
 def forward_order(problem: Problem, resolved: Resolved) -> list[str]:

@@ -10,9 +10,10 @@ end of the step (the caller holds them). Views allocate nothing.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import types
-from typing import Iterator, Mapping
+from typing import Mapping
+
+import numpy as np
 
 from . import arena, fusion, inplace, pool, reorder
 from .arrays import BACKWARD as BACKWARD_ROLE
@@ -162,7 +163,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
             problem, resolved, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), recomputed, alloc, last, segment
         )
     spans = [(k % n, alloc[k], last[k]) for k in allocated if k % n not in excluded]
-    unused, scratch = _unused_outputs(problem, fw, bw, recomputed)
+    unused, scratch = _unused_outputs(problem, fw, in_fw, bw, recomputed)
     spans += unused
     scratch_from = len(spans)
     spans += scratch
@@ -174,9 +175,7 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
         )
     if problem.fuses:
         # a kernel runs at a step unless its node is a view or computed inside another kernel
-        kernels = list(
-            itertools.accumulate(not inside[i] and not a.is_view[i] for inside, i in _steps(fw, fw_in, bw, bw_in))
-        )
+        kernels = _kernel_counts(a, fw, fw_in, bw, bw_in)
         spans = pool.reuse(spans, a.reuse_keys, a.nbytes, num_fw, problem.takes_freed, scratch_from, kernels, unpacked)
     extra = _rng_spans(problem, resolved, fw, bw)
     if resolved.offloaded or resolved.sharded:
@@ -184,12 +183,15 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     return Lifetimes(fw, bw, spans, saved_spans, extra, slots)
 
 
-def _steps(fw: list[int], fw_in, bw: list[int], bw_in) -> Iterator[tuple[bytearray, int]]:
-    """Each step's (values computed inside other kernels in its module, node), forward then backward."""
-    for i in fw:
-        yield fw_in, i
-    for i in bw:
-        yield bw_in, i
+def _kernel_counts(a, fw: list[int], fw_in: bytearray, bw: list[int], bw_in: bytearray) -> list[int]:
+    """Per step (forward, then backward), how many steps up to it run a kernel: a node that is no view and not
+    computed inside another kernel of its module (`fw_in`, `bw_in`)."""
+    view = np.frombuffer(a.view_mask, dtype=np.uint8)
+    runs = [
+        (view[nodes] | np.frombuffer(inside, dtype=np.uint8)[nodes]) == 0
+        for nodes, inside in ((np.asarray(fw, dtype=np.intp), fw_in), (np.asarray(bw, dtype=np.intp), bw_in))
+    ]
+    return np.cumsum(np.concatenate(runs)).tolist()
 
 
 def _hoist(problem: Problem, bw: list[int], num_fw: int, recomputed, bw_in, memo, alloc, first_bw) -> None:
@@ -301,7 +303,7 @@ def _split_transfers(problem, resolved, spans, extra, last_fw, first_bw, saved_s
     return out, extra
 
 
-def _unused_outputs(problem: Problem, fw: list[int], bw: list[int], recomputed) -> tuple[list, list]:
+def _unused_outputs(problem: Problem, fw: list[int], in_fw, bw: list[int], recomputed) -> tuple[list, list]:
     """A multi-output op allocates all its outputs when it runs; those the schedule does not take (a recomputed
     dropout whose output backward does not read) live for that step only, as does an op's scratch: (owner, step,
     step) spans of the unused outputs, and of the scratch."""
@@ -309,18 +311,26 @@ def _unused_outputs(problem: Problem, fw: list[int], bw: list[int], recomputed) 
     getitems, nbytes, workspace = a.getitems, a.nbytes, a.workspace
     spans: list[tuple[int, int, int]] = []
     scratch: list[tuple[int, int, int]] = []
-    taken = set(fw)
-    for pos, i in enumerate(fw):
+    for pos in _allocating_more(a, fw):
+        i = fw[pos]
         if getitems[i]:
-            spans.extend((g, pos, pos) for g in getitems[i] if g not in taken and nbytes[g])
+            spans.extend((g, pos, pos) for g in getitems[i] if not in_fw[g] and nbytes[g])
         if workspace[i] >= 0:
             scratch.append((workspace[i], pos, pos))
-    for pos, i in enumerate(bw, start=len(fw)):
+    for pos in _allocating_more(a, bw):
+        i = bw[pos]
+        pos += len(fw)
         if recomputed[i] and getitems[i]:
             spans.extend((g, pos, pos) for g in getitems[i] if not recomputed[g] and nbytes[g])
         if workspace[i] >= 0 and (recomputed[i] or a.role[i] == BACKWARD_ROLE):
             scratch.append((workspace[i], pos, pos))
     return spans, scratch
+
+
+def _allocating_more(a, order: list[int]) -> list[int]:
+    """The steps of `order` whose node allocates more than its own value: a multi-output op (its outputs) or an op
+    with scratch (Arrays.workspace)."""
+    return np.flatnonzero(np.frombuffer(a.allocating_more, dtype=np.uint8)[np.asarray(order, dtype=np.intp)]).tolist()
 
 
 def _rng_spans(problem: Problem, resolved: Resolved, fw: list[int], bw: list[int]) -> list[tuple[int, int, int]]:
@@ -339,26 +349,31 @@ def _rng_spans(problem: Problem, resolved: Resolved, fw: list[int], bw: list[int
     return spans
 
 
+def _columns(spans: list[tuple[int, int, int]]) -> tuple[tuple[int, ...], ...]:
+    """The spans' three columns (each a tuple; empty ones where there are no spans)."""
+    return tuple(zip(*spans)) or ((), (), ())
+
+
 def simulate(problem: Problem, resolved: Resolved) -> Timeline:
     """The plan's memory timeline."""
     a = problem.arrays
     life = lifetimes(problem, resolved)
     steps = life.fw + life.bw
-    delta = [0] * (len(steps) + 1)
     nbytes = a.nbytes
-    for owner, first, final in life.spans:
-        delta[first] += nbytes[owner]
-        delta[final + 1] -= nbytes[owner]
-    for size, first, final in life.extra_spans:
-        delta[first] += size
-        delta[final + 1] -= size
+    owners, firsts, finals = (np.array(column, dtype=np.intp) for column in _columns(life.spans))
+    sizes, extra_firsts, extra_finals = (np.array(column, dtype=np.int64) for column in _columns(life.extra_spans))
+    delta = np.zeros(len(steps) + 1, dtype=np.int64)
+    for size, first, final in ((a.vectors.nbytes[owners], firsts, finals), (sizes, extra_firsts, extra_finals)):
+        np.add.at(delta, first, size)
+        np.subtract.at(delta, final + 1, size)
     delta[0] += sum(size for _, size in life.arena)  # the arena: held for the whole step
-    live = tuple(itertools.accumulate(delta[:-1]))
-    peak = max(live, default=0)
-    peak_step = live.index(peak) if live else 0
+    running = np.cumsum(delta[:-1])
+    live = tuple(running.tolist())
+    peak_step = int(running.argmax()) if live else 0  # the first step at the peak
+    peak = live[peak_step] if live else 0
     num_fw = len(life.fw)
     at_peak = (
-        frozenset(owner for owner, first, final in life.spans if num_fw <= first <= peak_step <= final)
+        frozenset(owners[(firsts >= num_fw) & (firsts <= peak_step) & (finals >= peak_step)].tolist())
         if peak_step >= num_fw
         else frozenset()
     )
