@@ -134,6 +134,8 @@ def _plan_joint(
     baseline: tuple[BaselineSpec, Callable[[], Modules] | None],
 ) -> Planned:
     spec, inner_build = baseline
+    # checkpoint regions marked in the model, counted where a budget decides instead (the plan notes them)
+    regions = region_count(joint) if config.memory_budget is not None else 0
     graph = capture(joint, num_fwd_outputs, traced_backward=not min_cut_view(config))
     table = costs(joint, graph)
     # Checkpoint regions marked in the model are honoured without a budget; with one, the budget decides.
@@ -151,7 +153,7 @@ def _plan_joint(
         # The default partition computes gradient formulas in backward: under the min-cut view they are forward
         # values it recomputes.
         chosen = set(graph.formula_values)
-        if config.memory_budget is not None and region_count(joint):
+        if regions:
             chosen |= checkpoint_regions(joint, graph).must_recompute.keys()
         spec = dataclasses.replace(spec, chosen=frozenset(chosen))
     fuses = config.inner == "inductor"
@@ -167,11 +169,11 @@ def _plan_joint(
     budget = config.budget_bytes() if config.budget_kind() == "bytes" else config.budget_fraction()
     with Evaluator(problem, config.solver_time_limit, frugal) as evaluator:
         plan = on_own_thread(make_plan, problem, config.budget_kind(), budget, config.solver, config.strict, evaluator)
-    if config.memory_budget is not None and (count := region_count(joint)):
+    if regions:
         plan = dataclasses.replace(
             plan,
             notes=plan.notes
-            + (f"{count} checkpoint region(s) marked in the model were not imposed: memory_budget decides",),
+            + (f"{regions} checkpoint region(s) marked in the model were not imposed: memory_budget decides",),
         )
     resolved = plan.resolved  # the sets the simulator scored are the sets the rewrite builds
     assert resolved is not None  # make_plan's plans carry them

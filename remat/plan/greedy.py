@@ -44,6 +44,16 @@ def ratio(problem: Problem, name: str, held: float | None = None) -> tuple:
     return (problem.solver_cost(name) / max(value.nbytes if held is None else held, 1e-9), value.index)
 
 
+def ranks(problem: Problem, evaluator: Evaluator) -> dict[str, int]:
+    """Each choosable value's place in the order greedy recomputes in (`ratio`), found once per problem."""
+
+    def build(problem: Problem, evaluator: Evaluator) -> dict[str, int]:
+        ordered = sorted(problem.choosable, key=lambda n: ratio(problem, n))
+        return {name: place for place, name in enumerate(ordered)}
+
+    return evaluator.once("greedy ranks", build)
+
+
 def rankings(problem: Problem, evaluator: Evaluator) -> list[list[str]]:
     graph = problem.graph
     baseline = evaluator.timeline(problem.resolve(()))
@@ -52,7 +62,7 @@ def rankings(problem: Problem, evaluator: Evaluator) -> list[list[str]]:
     held = {n: graph[n].nbytes * (max(b - first_bw, 0) + 1) / span for n, (_, b) in baseline.saved_spans.items()}
     choosable = list(problem.choosable)
     return [
-        sorted(choosable, key=lambda n: ratio(problem, n)),
+        list(ranks(problem, evaluator)),
         sorted(choosable, key=lambda n: ratio(problem, n, held.get(n, graph[n].nbytes))),
     ]
 
@@ -65,16 +75,14 @@ def prefix_lengths(n: int, steps: int) -> list[int]:
 
 def peak_walk(problem: Problem, evaluator: Evaluator, start: frozenset[str] = frozenset()) -> list[Scored]:
     """The peak-targeted walk (module docstring) from recomputing `start` (default: nothing)."""
-    choosable = set(problem.choosable)
+    place = ranks(problem, evaluator)  # the choosable values, by ratio
     batch = step_values(problem)
     chosen: set[str] = set(start)
     current = evaluator.score(chosen)
     walk = [current]
     while True:
         timeline = evaluator.timeline(current.resolved)
-        options = sorted(
-            (n for n in timeline.live_at_peak() if n in choosable and n not in chosen), key=lambda n: ratio(problem, n)
-        )
+        options = sorted((n for n in timeline.live_at_peak() if n in place and n not in chosen), key=place.__getitem__)
         if not options:
             return walk
         step = options[:batch]
