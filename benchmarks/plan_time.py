@@ -13,7 +13,8 @@ layers make 10,017 nodes, 1925 make 50,057) is captured once (not timed); each (
 Under inner="inductor", plan_joint also runs torch's own min-cut partitioner on the graph (the baseline plain
 torch.compile would run: pipeline.inner_partition, which also collects the graph copies it leaves behind); its CPU
 time is measured inside each plan and shown beside the total, and "remat" is the total less it: remat's own
-planning. The verdicts hold both to the targets.
+planning; "remat / partitioner" is the one divided by the other, a figure that compares runs on a machine whose speed
+swings. The verdicts hold both times to the targets.
 
 The growth between consecutive sizes is printed as the empirical exponent log(time ratio) / log(node ratio)
 (1.0: linear). Targets (issue 15): solver "auto" plans a 10k-node graph in <= 1.0 s and a 50k-node graph in <= 6 s;
@@ -224,15 +225,16 @@ def verdicts(rows: list[dict]) -> list[str]:
 
 def table(rows: list[dict]) -> str:
     head = (
-        "| solver | budget | nodes | candidates | CPU s | of which torch partitioner | remat CPU s | wall s | "
-        "target CPU s | peak MiB (baseline) | recompute MFLOP |"
+        "| solver | budget | nodes | candidates | CPU s | of which torch partitioner | remat CPU s | "
+        "remat / partitioner | wall s | target CPU s | peak MiB (baseline) | recompute MFLOP |"
     )
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         target = "-" if r["target_seconds"] is None else f"{r['target_seconds']}"
+        per = "-" if r["remat_per_partitioner"] is None else f"{r['remat_per_partitioner']:.3f}"
         lines.append(
             f"| {r['solver']} | {r['fraction']} | {r['nodes']} | {r['candidates']} | {r['cpu_seconds']:.3f} | "
-            f"{r['torch_partition_cpu_seconds']:.3f} | {r['remat_cpu_seconds']:.3f} | {r['seconds']:.3f} | "
+            f"{r['torch_partition_cpu_seconds']:.3f} | {r['remat_cpu_seconds']:.3f} | {per} | {r['seconds']:.3f} | "
             f"{target} | {r['peak_bytes'] / 2**20:.2f} ({r['baseline_peak_bytes'] / 2**20:.2f}) | "
             f"{r['recompute_flops'] / 1e6:.1f} |"
         )
@@ -267,7 +269,9 @@ def markdown(rows: list[dict], entries: list[dict], lines: list[str], meta: dict
             "of that plan spent in torch's own min-cut partition of the graph (the baseline plain `torch.compile` "
             "computes too: remat asks it for the saved set `memory_budget=None` keeps), timed inside the plan with the "
             "collection of the graph copies it leaves behind; "
-            '"remat" is the rest, remat\'s own planning.',
+            '"remat" is the rest, remat\'s own planning; "remat / partitioner" divides it by the partitioner\'s part '
+            "of the same plan: the machine's speed, which swings by more than a tenth between runs, largely cancels "
+            "out.",
             "",
             table(rows),
             "",
@@ -313,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
                         "cpu_seconds": cpu_seconds,
                         "torch_partition_cpu_seconds": partition,
                         "remat_cpu_seconds": max(cpu_seconds - partition, 0.0),
+                        # remat's part per second of torch's partitioner in the same plan: the machine's speed,
+                        # which swings by more than a tenth from run to run, largely cancels out
+                        "remat_per_partitioner": max(cpu_seconds - partition, 0.0) / partition if partition else None,
                         "target_seconds": target_of(solver, nodes),
                         "peak_bytes": plan.peak_bytes,
                         "baseline_peak_bytes": plan.baseline.peak_bytes,
