@@ -255,7 +255,8 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
     if above >= 0:
         # what every plan has live at some call's step settles a low limit (a least-peak search asks for 0 bytes)
         # before the plan's own sets are walked
-        found = base + max(call.arena_live if arena else call.live for call in calls)
+        live, arena_live = problem.graph_fact("largest call needs", _largest_needs)
+        found = base + (arena_live if arena else live)
         if found > above:
             return found
     storage, kinds, distinct = a.storage, a.kinds, a.distinct
@@ -306,6 +307,12 @@ def backward_floor(problem: Problem, resolved: Resolved, above: int = -1) -> int
             if best > above >= 0:
                 break
     return best
+
+
+def _largest_needs(problem: Problem) -> tuple[int, int]:
+    """The most any backward library call needs live at its step in every plan: (Later.live, Later.arena_live)."""
+    calls = problem.later_calls
+    return max(call.live for call in calls), max(call.arena_live for call in calls)
 
 
 def _call_reads(a, i: int, is_recomputed: bytearray) -> bool:

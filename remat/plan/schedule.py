@@ -41,16 +41,20 @@ def _early(a, order: list[int]) -> list[int]:
     member = bytearray(len(a.names))  # in `order`: a node's inputs in it come before it
     for i in order:
         member[i] = 1
-    # place in the new order: an anchor's key, then the move's sequence number; (j,) for a value that stays
+    # place in the new order of a moved value: its anchor's place, then the move's sequence number
     key: dict[int, tuple[int, ...]] = {}
+
+    def place(j: int) -> tuple[int, ...]:
+        return key.get(j) or (j,)  # a value that stays keeps its position
+
     after: dict[int, list[int]] = {}  # anchor → the values moved right after it, in joint order
     moves = 0
     for i in order[bisect.bisect_left(order, boundary) :]:
         inputs = [j for j in a.inputs[i] if member[j]]
         if not inputs:
             continue
-        anchor = max(inputs, key=lambda j: key.get(j) or (j,))
-        key[i] = (key.get(anchor) or (anchor,)) + (len(order) + moves,)
+        anchor = max(inputs, key=place)
+        key[i] = place(anchor) + (len(order) + moves,)
         moves += 1
         after.setdefault(anchor, []).append(i)
     moved = {i for group in after.values() for i in group}
