@@ -93,22 +93,30 @@ def plan_joint(
     """Plan one joint graph; `hooked` names the dynamo-graph nodes that carry tensor hooks (capture.hooked_nodes);
     `frugal`: a graph that later graphs of its step follow leaves room for them (solve.make_plan).
 
-    Python's garbage collector is paused throughout (gc_paused); see inner_partition for the one collection."""
+    Python's garbage collector is paused throughout (gc_paused); what torch's partition leaves behind is collected
+    once planning is done (collect_leftovers)."""
     collects = gc.isenabled()
     with gc_paused():
-        baseline = inner_partition(joint, num_fwd_outputs, config, static_lifetime_input_indices, collects)
-        return _plan_joint(joint, num_fwd_outputs, config, hooked, frugal, baseline)
+        baseline = inner_partition(joint, num_fwd_outputs, config, static_lifetime_input_indices)
+        planned = _plan_joint(joint, num_fwd_outputs, config, hooked, frugal, baseline)
+        if collects:
+            collect_leftovers()
+        return planned
 
 
-def inner_partition(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig, static, collect: bool):
-    """baseline_of (the inner compiler's own partition), then, where `collect` (the collector was on), the youngest
-    generation collected: torch's partition leaves its copies of the graph behind in reference cycles (fx nodes),
-    and they are then nearly all it holds — rather than collected with all that planning allocated once the
-    collector is back on (the same objects walked once either way)."""
-    baseline = baseline_of(joint, num_fwd_outputs, config, static)
-    if collect:
-        gc.collect(0)
-    return baseline
+def inner_partition(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig, static):
+    """baseline_of: the inner compiler's own partition. It leaves its copies of the graph behind in reference cycles
+    (fx nodes), collected after planning (collect_leftovers)."""
+    return baseline_of(joint, num_fwd_outputs, config, static)
+
+
+def collect_leftovers() -> None:
+    """The youngest generation collected once planning is done: torch's partition (inner_partition) leaves its copies
+    of the graph behind in reference cycles, and they are nearly all that generation holds besides what planning
+    keeps (on the 50k-node chain, walking the latter takes about 0.2 s of the 2 s). Collected before planning, they
+    left the allocator's pools full of holes, which planning's millions of small objects then filled, scattered over
+    the heap: the same plans took a third more CPU time (5.3-6.3 s against 3.9-4.4 s on that chain)."""
+    gc.collect(0)
 
 
 @contextlib.contextmanager

@@ -21,12 +21,13 @@ class Edges:
     """A flow network's directed edges as arrays, without 2-cycles: `tails[e] → heads[e]` over nodes 0..size-1."""
 
     def __init__(self, size: int, tails: list[int], heads: list[int]):
-        pairs = set(zip(tails, heads))
-        if len(pairs) != len(tails) or any((v, u) in pairs for u, v in pairs):
-            raise ValueError("maxflow.Edges: repeated edges or 2-cycles")
         self.size = size
         self.tails = np.asarray(tails, dtype=np.int32)
         self.heads = np.asarray(heads, dtype=np.int32)
+        codes = np.sort(self.tails.astype(np.int64) * size + self.heads)
+        reverse = self.heads.astype(np.int64) * size + self.tails
+        if np.any(codes[1:] == codes[:-1]) or np.isin(reverse, codes).any():
+            raise ValueError("maxflow.Edges: repeated edges or 2-cycles")
         # The network's CSR layout, the same for every cut: edges sorted by (tail, head), as a CSR matrix built from
         # them holds its entries; each edge's key (tail * size + head) finds its entry in the flow scipy returns.
         self._order = np.lexsort((self.heads, self.tails))
