@@ -24,16 +24,15 @@ class Edges:
         self.size = size
         self.tails = np.asarray(tails, dtype=np.int32)
         self.heads = np.asarray(heads, dtype=np.int32)
-        codes = np.sort(self.tails.astype(np.int64) * size + self.heads)
-        reverse = self.heads.astype(np.int64) * size + self.tails
-        if np.any(codes[1:] == codes[:-1]) or np.isin(reverse, codes).any():
-            raise ValueError("maxflow.Edges: repeated edges or 2-cycles")
         # The network's CSR layout, the same for every cut: edges sorted by (tail, head), as a CSR matrix built from
         # them holds its entries; each edge's key (tail * size + head) finds its entry in the flow scipy returns.
         self._order = np.lexsort((self.heads, self.tails))
         self._indices = self.heads[self._order]
         self._indptr = np.concatenate([[0], np.cumsum(np.bincount(self.tails, minlength=size))]).astype(np.int32)
         self._keys = self.tails.astype(np.int64) * size + self.heads
+        reverse = self.heads.astype(np.int64) * size + self.tails
+        if len(np.unique(self._keys)) != len(self._keys) or np.isin(reverse, self._keys).any():
+            raise ValueError("maxflow.Edges: repeated edges or 2-cycles")
 
     def source_side(self, capacities: np.ndarray, bound: int, source: int, sink: int) -> np.ndarray | None:
         """Per node, whether it is on the source side of the least minimum cut under `capacities` (int64 per edge,

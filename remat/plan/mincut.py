@@ -169,37 +169,28 @@ class Cutter:
         self._top_price = top_price
         index = problem.arrays.index
         choosable = problem.choosable
-        choosable_in = np.array([IN + 2 * index[n] for n in choosable], dtype=np.int64)
-        edge_keys = _edge_keys(problem)
-        self._keys = keys = edge_keys + list(zip([SOURCE_KEY] * len(choosable), choosable_in.tolist()))
-        # per node key its node number, in order of first edge (the source and the sink first)
-        ends = np.concatenate(([SOURCE_KEY, SINK_KEY], np.array(keys, dtype=np.int64).reshape(-1)))
-        found, first, inverse = np.unique(ends, return_index=True, return_inverse=True)
-        number = np.empty(len(found), dtype=np.int64)
-        number[np.argsort(first, kind="stable")] = np.arange(len(found))
-        self._ids = dict(zip(found.tolist(), number.tolist()))
-        tails, heads = number[inverse[2:]].reshape(-1, 2).T
-        self.edges = Edges(len(found), tails.tolist(), heads.tolist())
+        self._keys = keys = _edge_keys(problem) + [(SOURCE_KEY, IN + 2 * index[n]) for n in choosable]
+        ids: dict[int, int] = {SOURCE_KEY: 0, SINK_KEY: 1}  # per node key: its node number, in order of first edge
+        for u, v in keys:
+            if u not in ids:
+                ids[u] = len(ids)
+            if v not in ids:
+                ids[v] = len(ids)
+        self._ids = ids
+        self.edges = Edges(len(ids), [ids[u] for u, _ in keys], [ids[v] for _, v in keys])
+        position = {edge: k for k, edge in enumerate(keys)}
         self._flow: nx.DiGraph | None = None
         self._residual: nx.DiGraph | None = None
         # `cut`'s arrays: the saving edges and their bytes; per choosable value, its recompute edge, its solver cost,
-        # its bytes and its v_in node. Each edge is found by its code (tail key * span + head key) among the sorted
-        # codes of all edges.
-        span = int(ends.max()) + 1
-        codes = ends[2:].reshape(-1, 2) @ np.array([span, 1], dtype=np.int64)
-        by_code = np.argsort(codes, kind="stable")
-        sorted_codes = codes[by_code]
-
-        def position(wanted: np.ndarray) -> np.ndarray:
-            return by_code[np.searchsorted(sorted_codes, wanted)]
-
-        saving = np.array([index[n] for n in self.saving], dtype=np.int64)
-        self._saving_at = position((IN + 2 * saving) * span + OUT + 2 * saving)
+        # its bytes and its v_in node
+        saving = [index[n] for n in self.saving]
+        self._saving_at = np.array([position[(IN + 2 * i, OUT + 2 * i)] for i in saving], dtype=np.int64)
         self._saving_bytes = np.array([self.bytes[n] for n in self.saving], dtype=np.int64)
-        self._source_at = position(SOURCE_KEY * span + choosable_in)
+        choosable_in = [IN + 2 * index[n] for n in choosable]
+        self._source_at = np.array([position[(SOURCE_KEY, k)] for k in choosable_in], dtype=np.int64)
         self._costs = np.array([problem.solver_cost(n) for n in choosable], dtype=np.float64)
         self._choosable_bytes = np.array([self.bytes[n] for n in choosable], dtype=np.int64)
-        self._choosable_in = number[np.searchsorted(found, choosable_in)]
+        self._choosable_in = np.array([ids[k] for k in choosable_in], dtype=np.int64)
 
     @functools.cached_property
     def held(self) -> Held:
