@@ -67,6 +67,7 @@ SLOW_CASES = {
         "apply_activation_checkpointing",
         "set_activation_checkpointing",
     ),
+    "test_instances.py::test_steps_are_the_step_by_step_walk": ("gpt-inductor",),
     "test_lazy_pick.py::test_lazy_pick_returns_what_simulating_every_member_returns": (
         "0-inductor",
         "1-inductor",
@@ -124,6 +125,7 @@ SLOW_SECONDS = {
     "test_check.py": 13,
     "test_environ.py": 13,
     "test_maxflow.py": 12,
+    "test_instances.py": 10,
     "test_logs.py": 10,
     "test_eager_compile.py": 7,
 }

@@ -25,7 +25,7 @@ _CODES = {
 
 
 class Vectors(NamedTuple):
-    """Arrays' columns that whole-module array operations read (reorder._Kernels, fusion.expand_all), as numpy
+    """Arrays' columns that whole-module array operations read (reorder._Kernels, fusion.expand_flat), as numpy
     arrays."""
 
     storage: np.ndarray
@@ -35,6 +35,10 @@ class Vectors(NamedTuple):
     # `distinct` flattened: node i's inputs are distinct_flat[distinct_start[i] : distinct_start[i + 1]]
     distinct_start: np.ndarray
     distinct_flat: np.ndarray
+    role: np.ndarray
+    # `getitems` flattened the same way
+    getitem_start: np.ndarray
+    getitem_flat: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,15 +110,27 @@ class Arrays:
             np.array(self.allocates, dtype=bool),
             np.concatenate(([0], np.cumsum([len(d) for d in self.distinct]))).astype(np.intp),
             np.fromiter(itertools.chain.from_iterable(self.distinct), dtype=np.intp),
+            np.array(self.role, dtype=np.int8),
+            np.concatenate(([0], np.cumsum([len(g) for g in self.getitems]))).astype(np.intp),
+            np.fromiter(itertools.chain.from_iterable(self.getitems), dtype=np.intp),
         )
 
     def flat_inputs(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the distinct inputs of each of `nodes`, one after the other; how many each has)."""
-        starts = self.vectors.distinct_start
-        first = starts[nodes]
-        lengths = starts[nodes + 1] - first
-        offsets = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
-        return self.vectors.distinct_flat[offsets], lengths
+        return _gathered(self.vectors.distinct_start, self.vectors.distinct_flat, nodes)
+
+    def flat_getitems(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the getitems of each of `nodes`, one after the other; how many each has)."""
+        return _gathered(self.vectors.getitem_start, self.vectors.getitem_flat, nodes)
+
+
+def _gathered(starts: np.ndarray, flat: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The items of each of `nodes` in a flattened table (node i's are flat[starts[i] : starts[i + 1]]), one after
+    the other, and how many each has."""
+    first = starts[nodes]
+    lengths = starts[nodes + 1] - first
+    offsets = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+    return flat[offsets], lengths
 
 
 def either(x: bytes | bytearray, y: bytes | bytearray) -> bytearray:

@@ -67,7 +67,8 @@ def saved_floor(problem: Problem, resolved: Resolved) -> int:
     a = problem.arrays
     leaving = resolved.sharded | resolved.offloaded
     storage, index = a.storage, a.index
-    owners = {storage[index[s]] for s in resolved.saved if s not in leaving}
+    kept = resolved.saved - leaving if leaving else resolved.saved
+    owners = set(map(storage.__getitem__, map(index.__getitem__, kept)))
     return sum(map(problem.counted_bytes.__getitem__, owners))
 
 

@@ -31,6 +31,7 @@ as each is its own inductor graph.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -302,22 +303,22 @@ def expand(a, i: int, inlined: bytearray, memo: dict[int, tuple[int, ...]]) -> t
     return result
 
 
-def expand_all(a, nodes: list[int], at: np.ndarray, inlined: bytearray, memo: dict) -> list[tuple[int, ...]]:
-    """`expand` of each of `nodes` (`at`: the same, as an array), with one whole-array test for those that read no
-    value computed inside them (most nodes): what they read is their inputs."""
-    read, lengths = a.flat_inputs(at)
-    inside = np.frombuffer(inlined, dtype=np.uint8)[a.vectors.storage[read]].astype(bool)
-    expanding = np.zeros(len(nodes), dtype=bool)  # per node: one of its inputs is computed inside another kernel
-    expanding[np.repeat(np.arange(len(nodes)), lengths)[inside]] = True
-    distinct, get = a.distinct, memo.get
-    found = []
-    for i, expands in zip(nodes, expanding.tolist()):
-        if expands:
-            found.append(get(i) or expand(a, i, inlined, memo))
-        else:
-            found.append(distinct[i])
-            memo[i] = distinct[i]
-    return found
+def expand_flat(a, nodes: np.ndarray, inlined: bytearray, memo: dict) -> tuple[np.ndarray, np.ndarray]:
+    """`expand` of each of `nodes`, flattened: (the nodes read, the place in `nodes` of the node reading each). The
+    nodes that read no value computed inside them (most) read their inputs, found in whole-array steps; the others'
+    reads follow, each node's in `expand`'s order."""
+    read, lengths = a.flat_inputs(nodes)
+    reader = np.repeat(np.arange(len(nodes)), lengths)
+    expanding = np.zeros(len(nodes), dtype=bool)
+    expanding[reader[np.frombuffer(inlined, dtype=np.uint8)[a.vectors.storage[read]].astype(bool)]] = True
+    if not expanding.any():
+        return read, reader
+    plain = ~expanding[reader]
+    places = np.flatnonzero(expanding)
+    expanded = [memo.get(i) or expand(a, i, inlined, memo) for i in nodes[places].tolist()]
+    counts = np.fromiter(map(len, expanded), dtype=np.intp, count=len(expanded))
+    more = np.fromiter(itertools.chain.from_iterable(expanded), dtype=np.intp, count=int(counts.sum()))
+    return np.concatenate([read[plain], more]), np.concatenate([reader[plain], np.repeat(places, counts)])
 
 
 def segments(a, bw: list[int], recomputed, hoists: bool) -> list[int]:

@@ -235,7 +235,7 @@ class Problem:
         ones, less the must-save ones. What `resolve` walks from."""
         index = self.arrays.index
         must_recompute, must_save = self._forced
-        recompute = {index[n] for n in chosen}
+        recompute = set(map(index.__getitem__, chosen))
         recompute |= must_recompute
         recompute -= must_save
         return frozenset(recompute)
@@ -244,10 +244,10 @@ class Problem:
         """The plan recomputing what backward needs of the positions `recompute` (`recomputing`'s answer)."""
         walk = self.graph_fact("walks", _walks).walk(recompute)
         names = self.arrays.names
-        saved = frozenset([names[i] for i in walk.saved])
+        saved = frozenset(map(names.__getitem__, walk.saved))
         offloaded, sharded = self._transfers(saved)
-        recomputed = frozenset([names[i] for i in walk.recomputed])
-        inputs = frozenset((*self.needed_inputs, *(names[i] for i in walk.inputs)))
+        recomputed = frozenset(map(names.__getitem__, walk.recomputed))
+        inputs = frozenset((*self.needed_inputs, *map(names.__getitem__, walk.inputs)))
         return Resolved(saved, recomputed, inputs, offloaded, sharded)
 
     @property

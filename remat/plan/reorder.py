@@ -142,10 +142,8 @@ class _Kernels:
             kernel_of = np.repeat(kernel_of, [len(kernel) for kernel in nodes])
         position = np.full(len(a.names), -1, dtype=np.intp)  # per node: the kernel computing it
         position[computed] = kernel_of
-        expanded = fusion.expand_all(a, flat, computed, inside, memo)
-        lengths = np.fromiter(map(len, expanded), dtype=np.intp, count=len(expanded))
-        read = storage[np.fromiter(itertools.chain.from_iterable(expanded), dtype=np.intp, count=int(lengths.sum()))]
-        reader = np.repeat(kernel_of, lengths)
+        read, reader = fusion.expand_flat(a, computed, inside, memo)
+        read, reader = storage[read], kernel_of[reader]
         # counted: a buffer of the module, or an input it may free (a saved activation; never a parameter)
         counted = (nbytes[read] > 0) & ((position[read] >= 0) | (instances[read] >= 0))
         read, reader = read[counted], reader[counted]
@@ -323,25 +321,26 @@ class _Kernels:
         bound = math.inf if limit is None else limit
         if live >= bound:
             return None
-        heap = [(net[k], k) for k in range(count) if not indegree[k]]
+        # heap entries are net * count + kernel: one int orders as the pair (net allocation, position) does
+        heap = [net[k] * count + k for k in range(count) if not indegree[k]]
         heapq.heapify(heap)
         is_ready = bytearray(count)
-        for _, k in heap:
-            is_ready[k] = 1
+        for entry in heap:
+            is_ready[entry % count] = 1
         (read_starts, reads), (reader_starts, readers) = self._reads_flat, self._readers_flat
         pop, push = heapq.heappop, heapq.heappush
         order: list[int] = []
         remaining = len(heap)
         while remaining:
             while True:
-                net_k, chosen = heap[0]
+                net_k, chosen = divmod(heap[0], count)
                 if is_ready[chosen] and net_k == net[chosen]:
                     break
                 pop(heap)
             if alloc[chosen] <= peak - live:
                 pop(heap)
             else:
-                chosen = _least_beyond(heap, is_ready, net, alloc, peak - live)
+                chosen = _least_beyond(heap, count, is_ready, net, alloc, peak - live)
             is_ready[chosen] = 0  # its entry, where still in the heap, is stale
             remaining -= 1
             order.append(chosen)
@@ -356,23 +355,28 @@ class _Kernels:
                 if not indegree[s]:
                     is_ready[s] = 1
                     remaining += 1
-                    push(heap, (net[s], s))
+                    push(heap, net[s] * count + s)
             for o in reads[read_starts[chosen] : read_starts[chosen + 1]]:
                 outdegree[o] -= 1
                 if outdegree[o] == 1:
                     for r in readers[reader_starts[o] : reader_starts[o + 1]]:
                         net[r] -= size[o]
                         if is_ready[r]:
-                            push(heap, (net[r], r))
+                            push(heap, net[r] * count + r)
         return order
 
 
-def _least_beyond(heap: list[tuple[int, int]], is_ready: bytearray, net: list[int], alloc: list[int], gap: int) -> int:
+def _least_beyond(heap: list[int], count: int, is_ready: bytearray, net: list[int], alloc: list[int], gap: int) -> int:
     """least_peak_first's choice where the least (net allocation, position) of the ready kernels allocates more than
-    `gap`: the least of those allocating within it, else the least of those allocating least."""
-    ready = [(alloc[k], (n, k)) for n, k in heap if is_ready[k] and n == net[k]]
+    `gap`: the least of those allocating within it, else the least of those allocating least. `heap`'s entries
+    are net * count + kernel (stale ones among them)."""
+    ready = [
+        (alloc[entry % count], entry)
+        for entry in heap
+        if is_ready[entry % count] and entry // count == net[entry % count]
+    ]
     within = [entry for allocated, entry in ready if allocated <= gap]
-    return min(within)[1] if within else min(ready)[1][1]
+    return (min(within) if within else min(ready)[1]) % count
 
 
 def _distinct_sorted(keys: np.ndarray) -> np.ndarray:

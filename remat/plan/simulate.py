@@ -15,7 +15,7 @@ from typing import Mapping
 
 import numpy as np
 
-from . import arena, fusion, inplace, pool, reorder
+from . import arena, fusion, inplace, instances, pool, reorder
 from .arrays import BACKWARD as BACKWARD_ROLE
 from .problem import Problem, Resolved
 from .schedule import backward_ids, forward_ids
@@ -81,19 +81,14 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
     n = len(a.names)
     fw = forward_ids(problem, resolved)
     bw = backward_ids(problem, resolved)
-    role, storage, inputs_of, allocates = a.role, a.storage, a.inputs, a.allocates
+    storage = a.storage
     recomputed = bytearray(n)
     for name in resolved.recomputed:
         recomputed[a.index[name]] = 1
     excluded = problem.excluded_storages
 
     # A storage instance is its owner's index (the forward copy) or owner + n (a copy made in backward).
-    plain = problem.instances  # instance outside recomputation, per node (-1: not counted)
-    alloc = [-1] * (2 * n)
-    last = [-1] * (2 * n)
-    allocated: list[int] = []
     num_fw = len(fw)
-    getitems = a.getitems
     in_fw = bytearray(n)
     for i in fw:
         in_fw[i] = 1
@@ -110,49 +105,14 @@ def lifetimes(problem: Problem, resolved: Resolved) -> Lifetimes:
         bw = reorder.peak_order(a, bw, bw_in, bw_out, memo_bw, bw_groups)
     else:
         fw_in, bw_in = bytearray(n), bytearray(n)
-    for pos, i in enumerate(fw):
-        if fw_in[i]:
-            continue  # runs as part of a later kernel: it reads its inputs there
-        reads = (memo_fw.get(i) or fusion.expand(a, i, fw_in, memo_fw)) if fuses else inputs_of[i]
-        for j in reads:
-            k = plain[j]
-            if k >= 0:
-                last[k] = pos
-        # A multi-output op allocates its outputs when it runs, not when a getitem picks them up.
-        for k in (i, *[g for g in getitems[i] if in_fw[g]]) if getitems[i] else (i,):
-            if allocates[k] and alloc[k] < 0 and not fw_in[k]:
-                alloc[k] = pos
-                allocated.append(k)
-                if last[k] < 0:
-                    last[k] = pos
-    last_fw = list(last)  # last forward step reading each instance
-    first_bw = [-1] * (2 * n)
-    for pos, i in enumerate(bw, start=num_fw):
-        if bw_in[i]:
-            continue
-        reads = (memo_bw.get(i) or fusion.expand(a, i, bw_in, memo_bw)) if fuses else inputs_of[i]
-        for j in reads:
-            o = storage[j]
-            k = o + n if recomputed[o] else plain[j]
-            if k >= 0:
-                last[k] = pos
-                if first_bw[k] < 0:
-                    first_bw[k] = pos
-        taken = [g for g in getitems[i] if recomputed[g] or role[g] == BACKWARD_ROLE] if getitems[i] else ()
-        for m in (i, *taken):
-            if not allocates[m]:
-                continue
-            k = m + n if recomputed[m] or role[m] == BACKWARD_ROLE else plain[m]
-            if k >= 0 and alloc[k] < 0:
-                alloc[k] = pos
-                allocated.append(k)
-                if last[k] < 0:
-                    last[k] = pos
+    alloc, last_fw, last, first_bw, allocated = instances.steps(
+        a, (fw, fw_in, memo_fw), (bw, bw_in, memo_bw), in_fw, recomputed, fuses
+    )
     if problem.hoists:
         _hoist(problem, bw, num_fw, recomputed, bw_in, memo_bw, alloc, first_bw)
     end = num_fw + len(bw) - 1
     for out in problem.graph.fw_outputs:
-        k = plain[a.index[out]]
+        k = a.instances[a.index[out]]
         if k >= 0:
             last[k] = end
     saved = sorted({storage[a.index[s]] for s in resolved.saved})  # a saved view keeps its base's storage
