@@ -236,7 +236,7 @@ def baseline_of(joint: fx.GraphModule, num_fwd_outputs: int, config: RematConfig
     set it saves (torch's partitioner stopped before it builds modules: on large graphs half its time); the modules
     are built from the joint graph if the plan turns out to be that partition."""
     if min_cut_view(config):
-        _torch.min_cut_cse(joint)
+        _torch.min_cut_cse(joint, num_fwd_outputs)
     if not min_cut_view(config) or config.save_ops:
         # A policy or save list is remat's own: plain torch.compile has no such thing, so the baseline is then the
         # default partition under the user's rules.

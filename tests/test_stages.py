@@ -122,3 +122,68 @@ def test_planning_runs_on_its_own_thread_and_passes_back_results_and_errors():
 
     with pytest.raises(ValueError, match="memory_budget=7: no"):
         on_own_thread(fails, 7)
+
+
+def test_the_opaque_check_is_asked_under_the_name_this_torch_gives_it(monkeypatch):
+    """capture asks torch's registry of opaque types whether a non-tensor value is one (_torch.is_opaque) under the
+    name this torch gives the check: is_custom_class_obj from 2.14, is_opaque_value before (on 2.14 the old name
+    logs a deprecation warning on every call); on a torch with neither, nothing is opaque but a script object."""
+    from torch._library import opaque_object
+
+    from remat import _torch
+
+    names = ("is_custom_class_obj", "is_opaque_value")
+    current = next((n for n in names if hasattr(opaque_object, n)), None)
+    asked: list[str] = []
+    for name in names:
+        if hasattr(opaque_object, name):
+            original = getattr(opaque_object, name)
+            monkeypatch.setattr(opaque_object, name, lambda v, n=name, f=original: asked.append(n) or f(v))
+    facts(CosMM(depth=1), cosmm_input())  # the output node's value is no tensor
+    assert set(asked) == {current} if current else not asked
+
+    for present in (names, names[1:], ()):
+        for name in names:
+            if name in present:
+                monkeypatch.setattr(opaque_object, name, lambda v, n=name: asked.append(n) or True, raising=False)
+            else:
+                monkeypatch.delattr(opaque_object, name, raising=False)
+        asked.clear()
+        assert _torch.is_opaque(object()) is bool(present)
+        assert asked == list(present[:1])
+
+
+def test_the_partitioner_cse_is_keyed_as_this_torch_keys_it(monkeypatch):
+    """_torch.min_cut_cse merges repeated computations as this torch's min-cut partitioner does: where torch's
+    fx_graph_cse takes a key per node (2.14), the key says whether the gradients are computed from the node, so a
+    value they need is not merged with an equal one only the forward outputs need; where it takes none, the graph
+    alone."""
+    from torch._functorch import compile_utils
+
+    from remat import _torch
+
+    calls = []
+
+    def keyed(fx_g, extra_node_key=None):
+        calls.append({n.name: extra_node_key(n) for n in fx_g.nodes})
+        return fx_g
+
+    def plain(fx_g):
+        calls.append(None)
+        return fx_g
+
+    (c,) = capture_joints(CosMM(depth=2), cosmm_input())
+    monkeypatch.setattr(compile_utils, "fx_graph_cse", keyed)
+    _torch.min_cut_cse(c.joint, c.num_fwd_outputs)
+    (keys,) = calls
+    nodes = {n.name: n for n in c.joint.graph.nodes}
+    output = nodes.pop("output")
+    forward_outputs = [a.name for a in output.args[0][: c.num_fwd_outputs]]
+    gradients = [a.name for a in output.args[0][c.num_fwd_outputs :] if a is not None]
+    tangents = [name for name in nodes if name.startswith("tangents")]
+    assert gradients and tangents and all(keys[n] for n in gradients + tangents)
+    assert all(keys[u.name] for t in tangents for u in nodes[t].users)  # computed from a tangent, so gradients
+    assert not any(keys[n] for n in forward_outputs)  # the loss: no gradient reads it
+    monkeypatch.setattr(compile_utils, "fx_graph_cse", plain)
+    _torch.min_cut_cse(c.joint, c.num_fwd_outputs)
+    assert calls[1:] == [None]

@@ -3,6 +3,7 @@ partitioners write for themselves, symbolic sizes and opaque values."""
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any, Callable
 
 from .guard import TorchAPIError, lookup
@@ -120,8 +121,16 @@ def is_opaque(value: Any) -> bool:
         pass
     if isinstance(value, kinds):
         return True
+    check = _opaque_check()
+    return check is not None and bool(check(value))
+
+
+def _opaque_check() -> Callable[[Any], bool] | None:
+    """torch's check for a value of a registered opaque type: is_custom_class_obj from torch 2.14 (its
+    is_opaque_value logs a deprecation warning on every call), is_opaque_value before; None on a torch without
+    registered opaque types (it has only script objects)."""
     try:
-        is_opaque_value = lookup("torch._library.opaque_object", "is_opaque_value")
-    except TorchAPIError:
-        return False  # a torch without registered opaque types has only script objects
-    return bool(is_opaque_value(value))
+        module = importlib.import_module("torch._library.opaque_object")
+    except ImportError:
+        return None
+    return getattr(module, "is_custom_class_obj", None) or getattr(module, "is_opaque_value", None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import threading
 from typing import Any, Callable, Iterator
 
@@ -175,14 +176,36 @@ def lazy_graph_modules() -> Iterator[Callable[..., Any]]:
         yield make
 
 
-def min_cut_cse(joint: Any) -> None:
+def min_cut_cse(joint: Any, num_fwd_outputs: int) -> None:
     """Merge repeated computations of `joint` in place, as torch's min-cut partitioner does before it partitions
     (when torch._functorch.config.cse is on): a backward op that repeats a forward op then reads the forward value,
-    so remat plans the same graph plain `torch.compile` with inductor partitions."""
+    so remat plans the same graph plain `torch.compile` with inductor partitions. Where this torch's fx_graph_cse
+    takes an extra key per node (2.14), its partitioner keeps a value the gradients depend on apart from an equal
+    one they do not (merged, the partitioner may save the value as an extra forward output); so does this."""
     if not getattr(importlib.import_module("torch._functorch.config"), "cse", False):
         return
     joint.graph.eliminate_dead_code()
-    joint.graph = lookup("torch._functorch.compile_utils", "fx_graph_cse")(joint.graph)  # the setter recompiles
+    cse = lookup("torch._functorch.compile_utils", "fx_graph_cse")
+    if "extra_node_key" in inspect.signature(cse).parameters:
+        graph = cse(joint.graph, extra_node_key=_gradient_ancestors(joint, num_fwd_outputs).__contains__)
+    else:
+        graph = cse(joint.graph)
+    joint.graph = graph  # the setter recompiles
+
+
+def _gradient_ancestors(joint: Any, num_fwd_outputs: int) -> set[Any]:
+    """The nodes the joint graph's gradient outputs (those after its forward outputs) are computed from, themselves
+    included."""
+    (output,) = joint.graph.find_nodes(op="output")
+    outputs = lookup("torch.utils._pytree", "tree_leaves")(output.args)
+    stack = [node for node in outputs[num_fwd_outputs:] if node is not None]
+    found: set[Any] = set()
+    while stack:
+        node = stack.pop()
+        if node not in found:
+            found.add(node)
+            stack.extend(node.all_input_nodes)
+    return found
 
 
 def activation_memory_budget(budget: float) -> Any:
