@@ -24,6 +24,7 @@ Pure functions of the graph facts and the plan.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -61,14 +62,16 @@ class Later:
     most: int  # live plus the bytes of every storage of `reads`: what the floor at its step can reach
 
 
-def saved_floor(problem: Problem, resolved: Resolved) -> int:
+def saved_floor(problem: Problem, resolved: Resolved, saved_at: Iterable[int] | None = None) -> int:
     """The bytes of the saved storages the device keeps (every one is live as the forward ends). Those that leave
-    the device and the gradients the step returns are left out."""
+    the device and the gradients the step returns are left out. `saved_at`: the positions of the saved values,
+    where known (no name is then looked up)."""
     a = problem.arrays
     leaving = resolved.sharded | resolved.offloaded
-    storage, index = a.storage, a.index
-    kept = resolved.saved - leaving if leaving else resolved.saved
-    owners = set(map(storage.__getitem__, map(index.__getitem__, kept)))
+    if saved_at is None or leaving:
+        kept = resolved.saved - leaving if leaving else resolved.saved
+        saved_at = map(a.index.__getitem__, kept)
+    owners = set(map(a.storage.__getitem__, saved_at))
     return sum(map(problem.counted_bytes.__getitem__, owners))
 
 
@@ -90,9 +93,9 @@ def _counted(problem: Problem, owner: int) -> bool:
     )
 
 
-def floor(problem: Problem, resolved: Resolved) -> int:
-    """The best lower bound on the plan's simulated peak this module finds."""
-    found = saved_floor(problem, resolved)
+def floor(problem: Problem, resolved: Resolved, saved_at: Iterable[int] | None = None) -> int:
+    """The best lower bound on the plan's simulated peak this module finds (`saved_at`: as saved_floor's)."""
+    found = saved_floor(problem, resolved, saved_at)
     if problem.transfer.contiguous:
         found = max(found, arena_floor(problem, resolved))
     return found

@@ -161,24 +161,35 @@ class Evaluator:
     def score(self, chosen: Iterable[str], label: str = "") -> Scored:
         chosen = frozenset(chosen)
         resolved = self._resolved.get(chosen)
+        saved_at = None
         if resolved is None:
             recompute = self.problem.recomputing(chosen)
             resolved = self._walks.get(recompute)
             if resolved is None:
-                resolved = self._walks[recompute] = self.problem.resolve_recomputing(recompute)
+                walk = self.problem.walk(recompute)
+                resolved = self._walks[recompute] = self.problem.resolved_of(walk)
+                if resolved not in self._costs:  # by position: no name looked up
+                    self._costs[resolved] = self.problem.solver_costs_at(walk.recomputed)
+                saved_at = walk.saved
             self._resolved[chosen] = resolved
-        return self.score_resolved(resolved, chosen, label)
+        return self.score_resolved(resolved, chosen, label, saved_at)
 
-    def score_resolved(self, resolved: Resolved, chosen: frozenset[str] = frozenset(), label: str = "") -> Scored:
+    def score_resolved(
+        self,
+        resolved: Resolved,
+        chosen: frozenset[str] = frozenset(),
+        label: str = "",
+        saved_at: tuple[int, ...] | None = None,
+    ) -> Scored:
         """The plan scored: its cost now, its peak and saved bytes simulated when first read (once per resolved plan:
-        the evaluator remembers them)."""
+        the evaluator remembers them). `saved_at`: the positions of the values it saves, where known."""
         hit = self._memo.get(resolved)
         if hit is not None:
             cost, timeline = hit
             return Scored(chosen, resolved, cost, timeline.peak_bytes, timeline.saved_bytes, label)
         floor = self._floors.get(resolved)
         if floor is None:
-            floor = self._floors[resolved] = bounds.floor(self.problem, resolved)
+            floor = self._floors[resolved] = bounds.floor(self.problem, resolved, saved_at)
         return Scored(chosen, resolved, self._cost(resolved), label=label, floor=floor, evaluator=self)
 
     def baseline(self) -> Scored:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import numpy as np
@@ -105,8 +106,12 @@ class Problem:
         return self._solver_costs[name]
 
     def solver_costs(self, names: Iterable[str]) -> float:
-        """The solver costs of `names` summed (solver_cost of each)."""
-        return sum(map(self._solver_costs.__getitem__, names))
+        """The solver costs of `names` summed (solver_cost of each), rounded once: the same in any order."""
+        return math.fsum(map(self._solver_costs.__getitem__, names))
+
+    def solver_costs_at(self, positions: Iterable[int]) -> float:
+        """solver_costs of the values at `positions`."""
+        return math.fsum(map(self._solver_cost_at.__getitem__, positions))
 
     @_graph_fact
     def sole_readers(self) -> dict[tuple[int, tuple[int, ...]], bool]:
@@ -129,6 +134,12 @@ class Problem:
             chosen = preference.get(name)
             scaled[name] = costs[name] * (1.0 if chosen is None else PREFERENCE_SCALE.get(chosen, 1.0))
         return scaled
+
+    @functools.cached_property
+    def _solver_cost_at(self) -> list[float]:
+        """solver_cost per position."""
+        scaled = self._solver_costs
+        return [scaled.get(name, 0.0) for name in self.arrays.names]
 
     @functools.cached_property
     def _forced(self) -> tuple[frozenset[int], frozenset[int]]:
@@ -242,13 +253,21 @@ class Problem:
 
     def resolve_recomputing(self, recompute: frozenset[int]) -> Resolved:
         """The plan recomputing what backward needs of the positions `recompute` (`recomputing`'s answer)."""
-        walk = self.graph_fact("walks", _walks).walk(recompute)
-        names = self.arrays.names
-        saved = frozenset(map(names.__getitem__, walk.saved))
+        return self.resolved_of(self.walk(recompute))
+
+    def walk(self, recompute: frozenset[int]) -> walks.Walk:
+        """The walk `resolve_recomputing` makes (walks.py): the plan's values by position and by name."""
+        return self.graph_fact("walks", _walks).walk(recompute)
+
+    def resolved_of(self, walk: walks.Walk) -> Resolved:
+        """The plan a walk finds."""
+        saved, recomputed, inputs = walk.names
         offloaded, sharded = self._transfers(saved)
-        recomputed = frozenset(map(names.__getitem__, walk.recomputed))
-        inputs = frozenset((*self.needed_inputs, *map(names.__getitem__, walk.inputs)))
-        return Resolved(saved, recomputed, inputs, offloaded, sharded)
+        return Resolved(saved, recomputed, self._needed_input_names | inputs, offloaded, sharded)
+
+    @functools.cached_property
+    def _needed_input_names(self) -> frozenset[str]:
+        return frozenset(self.needed_inputs)
 
     @property
     def walk_facts(self) -> tuple:

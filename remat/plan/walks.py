@@ -7,6 +7,10 @@ it: the values the subset saves and the set recomputes are walked on from, the r
 starts from the kept walk of the largest subset of its set (at least the walk recomputing nothing) and walks only what
 it newly recomputes. The plans along a greedy walk or a ranking grow a step at a time: most walks are short. The
 answer is the one a walk from nothing gives.
+
+A walk also keeps its classes as sets of names (Walk.names), made from its start's sets and the names it walked: a
+set copied from another carries its members' hashes along, where one built anew reads every name again, and on a
+large graph the names lie all over memory.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class Walk:
     saved: tuple[int, ...]
     recomputed: tuple[int, ...]
     inputs: tuple[int, ...]  # forward inputs reached
+    names: tuple[frozenset[str], frozenset[str], frozenset[str]]  # saved, recomputed and inputs, by name
 
 
 class Walks:
@@ -34,7 +39,9 @@ class Walks:
     def __init__(self, a, needed: tuple[int, ...]):
         self._a = a
         nothing: frozenset[int] = frozenset()
-        self._base = self._walk(Walk(nothing, bytes(len(a.names)), (), (), ()), nothing, list(needed))
+        none: frozenset[str] = frozenset()
+        start = Walk(nothing, bytes(len(a.names)), (), (), (), (none, none, none))
+        self._base = self._walk(start, nothing, list(needed))
         self._kept: list[Walk] = []
 
     def walk(self, recompute: frozenset[int]) -> Walk:
@@ -58,12 +65,15 @@ class Walks:
         seen = bytearray(start.seen)
         saved: list[int] = []
         recomputed = list(start.recomputed)
+        moved: list[int] = []  # what the start saved and this walk recomputes
         for i in start.saved:
             if i in recompute:
-                recomputed.append(i)
+                moved.append(i)
                 stack.extend(inputs_of[i])
             else:
                 saved.append(i)
+        recomputed += moved
+        kept_saved, kept_inputs = len(saved), len(start.inputs)
         inputs = list(start.inputs)
         while stack:
             i = stack.pop()
@@ -79,4 +89,21 @@ class Walks:
                     stack.extend(inputs_of[i])
                 else:
                     saved.append(i)
-        return Walk(recompute, bytes(seen), tuple(saved), tuple(recomputed), tuple(inputs))
+        saved_names, recomputed_names, input_names = start.names
+        if moved:
+            saved_names = saved_names - self._names(moved)
+        names = (
+            _joined(saved_names, self._names(saved[kept_saved:])),
+            _joined(recomputed_names, self._names(recomputed[len(start.recomputed) :])),
+            _joined(input_names, self._names(inputs[kept_inputs:])),
+        )
+        return Walk(recompute, bytes(seen), tuple(saved), tuple(recomputed), tuple(inputs), names)
+
+    def _names(self, positions: list[int]) -> frozenset[str]:
+        """The names at `positions`."""
+        return frozenset(map(self._a.names.__getitem__, positions))
+
+
+def _joined(kept: frozenset[str], new: frozenset[str]) -> frozenset[str]:
+    """`kept` with `new` added: `kept` itself where nothing is new."""
+    return kept | new if new else kept
