@@ -9,6 +9,7 @@ import inspect
 import threading
 from typing import Any, Callable, Iterator
 
+from .graph import tree_leaves
 from .guard import SUPPORTED, TorchAPIError, lookup
 
 
@@ -197,7 +198,7 @@ def _gradient_ancestors(joint: Any, num_fwd_outputs: int) -> set[Any]:
     """The nodes the joint graph's gradient outputs (those after its forward outputs) are computed from, themselves
     included."""
     (output,) = joint.graph.find_nodes(op="output")
-    outputs = lookup("torch.utils._pytree", "tree_leaves")(output.args)
+    outputs = tree_leaves(output.args)
     stack = [node for node in outputs[num_fwd_outputs:] if node is not None]
     found: set[Any] = set()
     while stack:

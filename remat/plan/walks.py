@@ -73,7 +73,7 @@ class Walks:
             else:
                 saved.append(i)
         recomputed += moved
-        kept_saved, kept_inputs = len(saved), len(start.inputs)
+        kept_saved = len(saved)  # the start's saved values this walk keeps saving; the new ones follow
         inputs = list(start.inputs)
         while stack:
             i = stack.pop()
@@ -95,7 +95,7 @@ class Walks:
         names = (
             _joined(saved_names, self._names(saved[kept_saved:])),
             _joined(recomputed_names, self._names(recomputed[len(start.recomputed) :])),
-            _joined(input_names, self._names(inputs[kept_inputs:])),
+            _joined(input_names, self._names(inputs[len(start.inputs) :])),
         )
         return Walk(recompute, bytes(seen), tuple(saved), tuple(recomputed), tuple(inputs), names)
 
